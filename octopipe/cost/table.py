@@ -1,0 +1,108 @@
+"""CostTable: per layer × device kind F/I/W seconds, plus per-layer memory and message bytes.
+
+Prefix sums make any stage's total an O(1) lookup, which the ILP, simulator and tuner rely on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _prefix(a: np.ndarray) -> np.ndarray:
+    z = np.zeros((1,) + a.shape[1:], dtype=np.float64)
+    return np.concatenate([z, np.cumsum(a, axis=0, dtype=np.float64)], axis=0)
+
+
+@dataclass(frozen=True, eq=False)
+class CostTable:
+    """Arrays indexed [layer] or [layer, kind]; `kinds` names the device kinds (columns).
+
+    f, i, w: forward, input-gradient and weight-gradient seconds per micro-batch; b = i + w.
+    act_bytes: activation bytes a layer keeps from F until its backward frees them (per
+    micro-batch); w_act_bytes: the part of them still held after I until W.
+    static_bytes: parameter + gradient + optimizer bytes. out_bytes: bytes the layer's output
+    sends to the next layer (a stage boundary after this layer). params: parameter counts.
+    """
+
+    layer_names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    f: np.ndarray
+    i: np.ndarray
+    w: np.ndarray
+    act_bytes: np.ndarray
+    static_bytes: np.ndarray
+    out_bytes: np.ndarray
+    params: np.ndarray
+    w_act_bytes: np.ndarray | None = None
+    flops: np.ndarray | None = None          # forward FLOPs per micro-batch, per layer
+    tokens_per_microbatch: int = 0
+    _prefix: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.layer_names)
+        for name in ("f", "i", "w"):
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            if arr.ndim == 1:
+                arr = arr[:, None]
+            if arr.shape != (n, len(self.kinds)):
+                raise ValueError(f"CostTable.{name} has shape {arr.shape}, expected {(n, len(self.kinds))}")
+            object.__setattr__(self, name, arr)
+        for name in ("act_bytes", "static_bytes", "out_bytes", "params", "w_act_bytes", "flops"):
+            val = getattr(self, name)
+            if val is None:
+                if name == "w_act_bytes":
+                    val = np.zeros(n)
+                else:
+                    continue
+            arr = np.asarray(val, dtype=np.float64)
+            if arr.shape != (n,):
+                raise ValueError(f"CostTable.{name} has shape {arr.shape}, expected {(n,)}")
+            object.__setattr__(self, name, arr)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_names)
+
+    @property
+    def b(self) -> np.ndarray:
+        return self.i + self.w
+
+    def kind_index(self, kind_name: str) -> int:
+        return self.kinds.index(kind_name)
+
+    def _ps(self, name: str) -> np.ndarray:
+        if name not in self._prefix:
+            self._prefix[name] = _prefix(getattr(self, name))
+        return self._prefix[name]
+
+    def range_sum(self, name: str, lo: int, hi: int, kind: int | None = None) -> float:
+        """Sum of array `name` over layers [lo, hi), on device-kind column `kind` where 2-D."""
+        p = self._ps(name)
+        if p.ndim == 2:
+            return float(p[hi, kind or 0] - p[lo, kind or 0])
+        return float(p[hi] - p[lo])
+
+    def stage_costs(self, partition: "list[tuple[int, int]] | tuple[tuple[int, int], ...]",
+                    kind_per_stage: "list[int] | tuple[int, ...]") -> dict[str, np.ndarray]:
+        """Per-stage f, i, w, act, w_act, static and boundary bytes for a partition."""
+        out = {k: np.zeros(len(partition)) for k in
+               ("f", "i", "w", "act_bytes", "w_act_bytes", "static_bytes", "out_bytes")}
+        for s, ((lo, hi), k) in enumerate(zip(partition, kind_per_stage)):
+            for name in ("f", "i", "w"):
+                out[name][s] = self.range_sum(name, lo, hi, k)
+            for name in ("act_bytes", "w_act_bytes", "static_bytes"):
+                out[name][s] = self.range_sum(name, lo, hi)
+            out["out_bytes"][s] = self.out_bytes[hi - 1] if hi > lo else 0.0
+        return out
+
+    @classmethod
+    def uniform(cls, n_layers: int, f: float = 1.0, i: float = 1.0, w: float = 1.0,
+                act_bytes: float = 1.0, static_bytes: float = 0.0, out_bytes: float = 0.0,
+                kinds: tuple[str, ...] = ("dev",)) -> "CostTable":
+        """Equal layers on identical devices: the oracle case for closed-form tests."""
+        k = len(kinds)
+        return cls(tuple(f"layer{j}" for j in range(n_layers)), kinds,
+                   np.full((n_layers, k), f), np.full((n_layers, k), i), np.full((n_layers, k), w),
+                   np.full(n_layers, act_bytes), np.full(n_layers, static_bytes),
+                   np.full(n_layers, out_bytes), np.zeros(n_layers))

@@ -1,0 +1,30 @@
+"""The project's own exception types; the CLI turns each into a one-line message (exit 2)."""
+from __future__ import annotations
+
+
+class OctoPipeError(Exception):
+    """Base of every error OctoPipe raises on purpose."""
+
+
+class ConfigError(OctoPipeError, ValueError):
+    """A preset, override or input file holds an impossible value; the message names the field."""
+
+
+class ScheduleError(OctoPipeError, ValueError):
+    """A schedule table is invalid or a generator was asked for an impossible shape."""
+
+
+class DeadlockError(OctoPipeError, RuntimeError):
+    """A table cannot make progress under the chosen communication semantics."""
+
+
+class InfeasibleError(OctoPipeError, RuntimeError):
+    """No plan fits the devices (memory) or satisfies the constraints."""
+
+
+class SolverUnavailableError(OctoPipeError, RuntimeError):
+    """A requested solver backend is not installed."""
+
+
+class RuntimeExecutionError(OctoPipeError, RuntimeError):
+    """A rank of the torch.distributed runtime failed or stalled."""

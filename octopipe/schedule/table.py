@@ -1,0 +1,102 @@
+"""ScheduleTable: a row of actions per device, with an explicit stage → device placement."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+from octopipe.errors import ScheduleError
+from octopipe.schedule.action import Action, ActionKind
+
+Row = tuple["Action | None", ...]
+
+
+@dataclass(frozen=True)
+class ScheduleTable:
+    """Per device, an ordered tuple of actions; `None` is an idle cell in a time-aligned table.
+
+    `placement[s]` is the device that holds stage `s`; any map is allowed (several stages per
+    device, non-adjacent, uneven counts).
+    """
+
+    rows: tuple[Row, ...]
+    placement: tuple[int, ...]
+    n_microbatches: int
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows", tuple(tuple(r) for r in self.rows))
+        object.__setattr__(self, "placement", tuple(int(d) for d in self.placement))
+        if any(d < 0 or d >= len(self.rows) for d in self.placement):
+            raise ScheduleError(
+                f"placement {self.placement} names a device outside 0..{len(self.rows) - 1}")
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[int, Sequence[Action | None]] | Sequence[Sequence[Action | None]],
+                  placement: Sequence[int], n_microbatches: int, name: str = "custom") -> "ScheduleTable":
+        if isinstance(rows, Mapping):
+            rows = [rows[d] for d in range(len(rows))]
+        return cls(tuple(tuple(r) for r in rows), tuple(placement), n_microbatches, name)
+
+    @classmethod
+    def from_strings(cls, rows: Sequence[Sequence[str]], placement: Sequence[int],
+                     n_microbatches: int, name: str = "custom") -> "ScheduleTable":
+        """Build from strings such as `[["0F0", "", "0B0"], ...]`; empty strings are idle."""
+        parsed = [[Action.parse(c) if c and c.strip() else None for c in r] for r in rows]
+        return cls.from_rows(parsed, placement, n_microbatches, name)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.placement)
+
+    def stages_of(self, device: int) -> tuple[int, ...]:
+        return tuple(s for s, d in enumerate(self.placement) if d == device)
+
+    def compact(self) -> "ScheduleTable":
+        """The same table with idle cells dropped (torch's compute_comms form has none)."""
+        rows = tuple(tuple(a for a in r if a is not None) for r in self.rows)
+        return ScheduleTable(rows, self.placement, self.n_microbatches, self.name)
+
+    def actions(self, device: int) -> tuple[Action, ...]:
+        return tuple(a for a in self.rows[device] if a is not None)
+
+    def __iter__(self) -> Iterator[tuple[int, Action]]:
+        for d, row in enumerate(self.rows):
+            for a in row:
+                if a is not None:
+                    yield d, a
+
+    @property
+    def is_lowered(self) -> bool:
+        return any(a.kind.is_comm for _, a in self)
+
+    @property
+    def splits_backward(self) -> bool:
+        return any(a.kind is ActionKind.I for _, a in self)
+
+    def compute_only(self) -> "ScheduleTable":
+        """Drop SEND/RECV cells, keeping the compute order (the inverse of lowering)."""
+        rows = tuple(tuple(a for a in r if a is None or a.kind.is_compute) for r in self.rows)
+        return ScheduleTable(rows, self.placement, self.n_microbatches, self.name)
+
+    def with_rows(self, rows: Sequence[Sequence[Action | None]]) -> "ScheduleTable":
+        return ScheduleTable(tuple(tuple(r) for r in rows), self.placement, self.n_microbatches, self.name)
+
+    def as_strings(self) -> list[list[str]]:
+        return [["" if a is None else str(a) for a in r] for r in self.rows]
+
+
+def loop_placement(n_devices: int, chunks: int) -> tuple[int, ...]:
+    """Stage s on device s mod p (Megatron's interleaved / torch's "loop" style)."""
+    return tuple(s % n_devices for s in range(n_devices * chunks))
+
+
+def v_placement(n_devices: int, chunks: int = 2) -> tuple[int, ...]:
+    """V (zig-zag) style: stages go down the devices then back up, `chunks` times."""
+    out: list[int] = []
+    for c in range(chunks):
+        out.extend(range(n_devices) if c % 2 == 0 else reversed(range(n_devices)))
+    return tuple(out)

@@ -1,0 +1,132 @@
+"""Static validation of a compute-only schedule table.
+
+Catches what users get wrong: a (stage, micro-batch) missing, duplicated or out of range; an
+action on a device that does not hold its stage; I without W or W before I; and an order that
+contradicts the data dependencies (a cycle of waits between device orders and data edges).
+Every error names the problem in one sentence and prints the grid with the cell marked.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+from octopipe.errors import ScheduleError
+from octopipe.schedule.action import Action, ActionKind, B, F, I, W
+from octopipe.schedule.grid import format_grid
+from octopipe.schedule.table import ScheduleTable
+
+
+def _fail(table: ScheduleTable, where: tuple[int, int] | None, sentence: str) -> ScheduleError:
+    return ScheduleError(sentence + "\n" + format_grid(table, where))
+
+
+def data_predecessors(a: Action, n_stages: int, split: set[tuple[int, int]]) -> list[Action]:
+    """Compute actions that must finish before `a` may start (cross-stage and I→W edges).
+
+    `split` holds the (stage, micro-batch) pairs whose backward is split into I and W.
+    """
+    s, m = a.stage, a.microbatch
+    if a.kind is F:
+        return [Action(s - 1, F, m)] if s > 0 else []
+    if a.kind in (I, B):
+        preds = [Action(s, F, m)]
+        if s + 1 < n_stages:
+            preds.append(Action(s + 1, I if (s + 1, m) in split else B, m))
+        return preds
+    if a.kind is W:
+        return [Action(s, I, m)]
+    return []
+
+
+def validate(table: ScheduleTable) -> None:
+    """Raise ScheduleError with a marked grid if `table` (compute actions only) is invalid."""
+    n_s, n_m = table.n_stages, table.n_microbatches
+    if n_m < 1:
+        raise ScheduleError(f"n_microbatches must be at least 1, got {n_m}")
+    if n_s < 1:
+        raise ScheduleError("placement is empty: a table needs at least one stage")
+    where: dict[Action, tuple[int, int]] = {}
+    for d, row in enumerate(table.rows):
+        for c, a in enumerate(row):
+            if a is None:
+                continue
+            if a.kind.is_comm:
+                raise _fail(table, (d, c), f"{a} is a communication action; validate() takes "
+                            "compute-only tables (use validate_lowered for lowered ones)")
+            if not 0 <= a.stage < n_s:
+                raise _fail(table, (d, c), f"{a} names stage {a.stage}, outside 0..{n_s - 1}")
+            if not 0 <= a.microbatch < n_m:
+                raise _fail(table, (d, c), f"{a} names micro-batch {a.microbatch}, outside 0..{n_m - 1}")
+            if table.placement[a.stage] != d:
+                raise _fail(table, (d, c), f"{a} is on device {d} but stage {a.stage} is placed on "
+                            f"device {table.placement[a.stage]}")
+            if a in where:
+                raise _fail(table, (d, c), f"{a} appears twice (first at device {where[a][0]}, "
+                            f"column {where[a][1]})")
+            where[a] = (d, c)
+    split: set[tuple[int, int]] = set()
+    for s in range(n_s):
+        for m in range(n_m):
+            fa, ba, ia, wa = (Action(s, k, m) for k in (F, B, I, W))
+            if fa not in where:
+                raise _fail(table, None, f"{fa} is missing: every stage runs F once per micro-batch")
+            has_b, has_i, has_w = ba in where, ia in where, wa in where
+            if has_b and (has_i or has_w):
+                raise _fail(table, where[ba], f"{ba} is a full backward but {ia if has_i else wa} "
+                            "also appears; use either B or the pair I, W")
+            if has_i != has_w:
+                other = ia if has_i else wa
+                missing = wa if has_i else ia
+                raise _fail(table, where[other], f"{other} has no matching {missing}: a split "
+                            "backward needs both I and W")
+            if not (has_b or has_i):
+                raise _fail(table, None, f"backward of stage {s} micro-batch {m} is missing "
+                            f"(neither {ba} nor {ia}/{wa})")
+            if has_i:
+                split.add((s, m))
+    _check_acyclic(table, where, split)
+
+
+def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
+                   split: set[tuple[int, int]]) -> None:
+    """Kahn's algorithm over data edges plus each device's order; a leftover node is a wait cycle."""
+    succ: dict[Action, list[Action]] = defaultdict(list)
+    indeg: dict[Action, int] = {a: 0 for a in where}
+    for a in where:
+        for p in data_predecessors(a, table.n_stages, split):
+            if p not in where:
+                continue
+            if table.placement[p.stage] == table.placement[a.stage] and where[p][1] > where[a][1]:
+                kind = "W before its I" if a.kind is W else "an order that contradicts its data dependencies"
+                raise _fail(table, where[a], f"{a} comes before {p} on device {where[a][0]}: "
+                            f"{kind} ({a} needs {p} first)")
+            succ[p].append(a)
+            indeg[a] += 1
+    for row in table.rows:
+        acts = [a for a in row if a is not None]
+        for x, y in zip(acts, acts[1:]):
+            succ[x].append(y)
+            indeg[y] += 1
+    ready = deque(a for a, k in indeg.items() if k == 0)
+    seen = 0
+    while ready:
+        a = ready.popleft()
+        seen += 1
+        for b in succ[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    if seen < len(where):
+        stuck = min((a for a, k in indeg.items() if k > 0), key=lambda a: (where[a][1], where[a][0]))
+        raise _fail(table, where[stuck], f"the table can never run: {stuck} waits in a cycle of device "
+                    "orders and data dependencies (no order of execution satisfies both)")
+
+
+def is_valid(table: ScheduleTable) -> bool:
+    try:
+        validate(table)
+    except ScheduleError:
+        return False
+    return True
+
+
+__all__ = ["validate", "is_valid", "data_predecessors", "ActionKind"]
