@@ -56,9 +56,10 @@ def validate(table: ScheduleTable) -> None:
                 raise _fail(table, (d, c), f"{a} names stage {a.stage}, outside 0..{n_s - 1}")
             if not 0 <= a.microbatch < n_m:
                 raise _fail(table, (d, c), f"{a} names micro-batch {a.microbatch}, outside 0..{n_m - 1}")
-            if table.placement[a.stage] != d:
-                raise _fail(table, (d, c), f"{a} is on device {d} but stage {a.stage} is placed on "
-                            f"device {table.placement[a.stage]}")
+            home = table.device_of(a.stage, a.microbatch)
+            if home != d:
+                raise _fail(table, (d, c), f"{a} is on device {d} but stage {a.stage} of micro-batch "
+                            f"{a.microbatch} is placed on device {home}")
             if a in where:
                 raise _fail(table, (d, c), f"{a} appears twice (first at device {where[a][0]}, "
                             f"column {where[a][1]})")
@@ -95,7 +96,7 @@ def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
         for p in data_predecessors(a, table.n_stages, split):
             if p not in where:
                 continue
-            if table.placement[p.stage] == table.placement[a.stage] and where[p][1] > where[a][1]:
+            if where[p][0] == where[a][0] and where[p][1] > where[a][1]:
                 kind = "W before its I" if a.kind is W else "an order that contradicts its data dependencies"
                 raise _fail(table, where[a], f"{a} comes before {p} on device {where[a][0]}: "
                             f"{kind} ({a} needs {p} first)")
