@@ -1,0 +1,71 @@
+"""LayerSpec → module, with seeded initialization, and the shape each layer passes on."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.layers.attention import MLA, Attention, LinearAttention
+from octopipe.runtime.layers.io import Embedding, Head, PatchEmbed, Projector, ViTBlock
+from octopipe.runtime.layers.mlp import MLP, MoE
+from octopipe.runtime.layers.ssm import Mamba1, Mamba2
+
+
+def _tokens(model: ModelSpec, spec: LayerSpec) -> int:
+    return spec.tokens or model.seq_len
+
+
+def build_layer(model: ModelSpec, index: int, seed: int = 0) -> nn.Module:
+    """Layer `index` of `model`, initialized from (seed, index) alone, so that any process that
+    builds it (a pipeline rank or the single-process reference) gets the same weights."""
+    spec = model.layers[index]
+    prev = model.layers[index - 1] if index > 0 else None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 1_000_003 + index)
+        k = spec.kind
+        if k is LayerKind.EMBEDDING:
+            return Embedding(spec, model.vocab)
+        if k is LayerKind.HEAD:
+            return Head(spec, model.vocab)
+        if k is LayerKind.ATTENTION:
+            return Attention(spec)
+        if k is LayerKind.MLA:
+            return MLA(spec)
+        if k is LayerKind.LINEAR_ATTENTION:
+            return LinearAttention(spec)
+        if k is LayerKind.MAMBA2:
+            return Mamba2(spec)
+        if k is LayerKind.MAMBA1:
+            return Mamba1(spec)
+        if k is LayerKind.MLP:
+            return MLP(spec)
+        if k is LayerKind.MOE:
+            return MoE(spec)
+        if k is LayerKind.PATCH_EMBED:
+            return PatchEmbed(spec, _tokens(model, spec))
+        if k is LayerKind.VIT_BLOCK:
+            return ViTBlock(spec)
+        if k is LayerKind.PROJECTOR:
+            return Projector(spec, prev.hidden if prev is not None else spec.in_hidden)
+    raise ValueError(f"layer {index} ({spec.label}): no runtime module for kind {spec.kind}")
+
+
+def carry_shape(model: ModelSpec, index: int) -> tuple[int, ...]:
+    """Shape of the tensor layer `index` hands to layer `index + 1` (() for the loss)."""
+    b = model.micro_batch_size
+    tokens, width = 0, 0
+    for j in range(index + 1):
+        spec = model.layers[j]
+        k = spec.kind
+        if k is LayerKind.PATCH_EMBED:
+            tokens, width = _tokens(model, spec), spec.hidden
+        elif k is LayerKind.PROJECTOR:
+            tokens, width = tokens * width // (spec.in_hidden or width), spec.hidden
+        elif k is LayerKind.EMBEDDING:
+            tokens, width = tokens + model.seq_len, spec.hidden
+        elif k is LayerKind.HEAD:
+            return ()
+        else:
+            width = spec.hidden
+    return (b, tokens, width)

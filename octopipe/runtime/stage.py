@@ -1,0 +1,88 @@
+"""Pipeline stages built from a ModelSpec and a partition, the micro-batch data every rank can
+rebuild, and the single-process reference that the runtime's gradients are checked against."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from octopipe.model.layer import LayerKind
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.layers import build_layer, carry_shape
+
+
+class StageModule(nn.Module):
+    """Layers lo..hi-1 of the model; parameters are named `layers.<global index>.<...>` so
+    that every rank's names match the reference model's."""
+
+    def __init__(self, model: ModelSpec, lo: int, hi: int, seed: int = 0) -> None:
+        super().__init__()
+        self.lo, self.hi = lo, hi
+        self.layers = nn.ModuleDict({str(j): build_layer(model, j, seed) for j in range(lo, hi)})
+
+    def forward(self, x: torch.Tensor | None, batch: dict) -> torch.Tensor:
+        for layer in self.layers.values():
+            x = layer(x, batch)
+        return x
+
+
+def microbatch(model: ModelSpec, seed: int, iteration: int, mb: int) -> dict:
+    """Token ids, next-token targets and (for vision models) image patches of one micro-batch."""
+    g = torch.Generator().manual_seed(((seed * 7919 + iteration) * 104_729 + mb) & 0x7FFF_FFFF)
+    b, s = model.micro_batch_size, model.seq_len
+    vocab = model.vocab or next((l.vocab for l in model.layers if l.vocab), 0)
+    tokens = torch.randint(0, vocab, (b, s + 1), generator=g)
+    out = {"ids": tokens[:, :-1], "targets": tokens[:, 1:]}
+    for spec in model.layers:
+        if spec.kind is LayerKind.PATCH_EMBED:
+            n = spec.tokens or s
+            out["pixels"] = torch.randn(b, n, spec.channels * spec.patch * spec.patch, generator=g)
+            break
+    return out
+
+
+def stage_input_shape(model: ModelSpec, lo: int) -> tuple[int, ...] | None:
+    """Shape of the activation a stage starting at layer `lo` receives (None for the first)."""
+    return None if lo == 0 else carry_shape(model, lo - 1)
+
+
+@dataclass
+class ReferenceResult:
+    losses: list[float]                        # mean loss of each iteration
+    grads: dict[str, torch.Tensor]             # gradients of the last iteration (before its step)
+
+
+def reference_run(model: ModelSpec, n_microbatches: int, seed: int = 0, iterations: int = 1,
+                  lr: float = 0.0) -> ReferenceResult:
+    """Single-process training on the same micro-batches: the loss is the mean over
+    micro-batches; with lr > 0, an SGD step follows each iteration."""
+    full = StageModule(model, 0, model.n_layers, seed)
+    opt = torch.optim.SGD(full.parameters(), lr=lr) if lr > 0 else None
+    losses, grads = [], {}
+    for it in range(iterations):
+        full.zero_grad(set_to_none=True)
+        total = 0.0
+        for m in range(n_microbatches):
+            loss = full(None, microbatch(model, seed, it, m))
+            (loss / n_microbatches).backward()
+            total += loss.item()
+        losses.append(total / n_microbatches)
+        grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+                 for n, p in full.named_parameters()}
+        if opt is not None:
+            opt.step()
+    return ReferenceResult(losses, grads)
+
+
+def max_rel_err(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """Largest norm-wise relative error ||g - g_ref|| / ||g_ref|| over all parameters."""
+    missing = set(ref) ^ set(got)
+    if missing:
+        raise KeyError(f"gradient names differ from the reference: {sorted(missing)[:5]}")
+    worst = 0.0
+    for name, r in ref.items():
+        diff = float((got[name] - r).norm())
+        scale = float(r.norm())
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
