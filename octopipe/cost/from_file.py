@@ -416,11 +416,16 @@ def ceil_to_tick(times: np.ndarray, tick_ms: float | None) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ProfileOptions:
-    """How a profile becomes costs: averaging (`raw`|`type`), backward split, tick rounding."""
+    """How a profile becomes costs: averaging (`raw`|`type`), backward split, tick rounding.
+
+    `round_split` rounds I and W each up to the tick (instead of the full B), as the published
+    tool does for its split-backward (ZB-H) baseline; B = I + W may then exceed the rounded B.
+    """
 
     averaging: str = "raw"
     split: float = 0.5
     tick_ms: float | None = None
+    round_split: bool = False
 
     def __post_init__(self) -> None:
         if self.averaging not in AVERAGING:
@@ -438,7 +443,8 @@ class ProfileOptions:
         split = get("split", 0.5)
         return cls(str(get("averaging", "raw") or "raw"),
                    0.5 if split is None else float(split),
-                   None if tick in (None, "") else float(tick))
+                   None if tick in (None, "") else float(tick),
+                   bool(get("round_split", False)))
 
 
 def profile_times(profile: Profile, opts: ProfileOptions) -> dict[str, np.ndarray]:
@@ -453,7 +459,11 @@ def profile_times(profile: Profile, opts: ProfileOptions) -> dict[str, np.ndarra
         return ceil_to_tick(times, opts.tick_ms)
 
     f = prep(profile.f_ms, "f_ms")
-    if profile.b_ms is not None:
+    if profile.b_ms is not None and opts.round_split:
+        i = prep(profile.b_ms * opts.split, "b_ms")
+        w = prep(profile.b_ms * (1.0 - opts.split), "b_ms")
+        b = i + w
+    elif profile.b_ms is not None:
         b = prep(profile.b_ms, "b_ms")
         i = b * opts.split
         w = b - i

@@ -207,3 +207,11 @@ def test_profile_defines_layers_and_messages():
     assert table.out_bytes == pytest.approx(np.full(40, 2 * 4096 * 5120))
     # Every plain transformer block gets the same, averaged time.
     assert np.ptp(table.f[1:-1, 0]) == 0
+
+
+def test_round_split_rounds_each_half_like_the_published_zero_bubble_baseline():
+    prof = Profile(name="r", f_ms=np.array([1.0]), b_ms=np.array([1.03]))
+    whole = profile_times(prof, ProfileOptions("raw", 0.5, tick_ms=0.1))
+    halves = profile_times(prof, ProfileOptions("raw", 0.5, tick_ms=0.1, round_split=True))
+    assert whole["b"] == pytest.approx([1.1]) and whole["i"] == pytest.approx([0.55])
+    assert halves["i"] == pytest.approx([0.6]) and halves["w"] == pytest.approx([0.6])
