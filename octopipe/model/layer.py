@@ -26,6 +26,10 @@ class LayerSpec:
 
     `tokens` is the number of tokens this layer processes per sample when it differs from the
     model's sequence length (vision layers work on image patches); 0 means "the sequence length".
+
+    Vision conventions: PATCH_EMBED and VIT_BLOCK have `hidden` = the ViT width and `tokens` = patch
+    tokens per sample; PROJECTOR maps `tokens` merged tokens of width `in_hidden` through `ffn`
+    to `hidden` = the language model's width.
     """
 
     kind: LayerKind
@@ -40,6 +44,8 @@ class LayerSpec:
     # dense MLP / ViT MLP / projector
     ffn: int = 0
     activation: str = "swiglu"         # swiglu | gelu | relu2
+    bias: bool = False                 # linear layers carry biases (gpt-oss, Qwen2 QKV, ViT)
+    qk_norm: bool = False              # per-head RMSNorm on queries and keys (Qwen3)
     # MoE
     experts: int = 0
     top_k: int = 0
@@ -65,6 +71,7 @@ class LayerSpec:
     # vision
     patch: int = 0
     channels: int = 3
+    temporal_patch: int = 1            # frames per patch (Qwen2-VL's Conv3d patch embedding uses 2)
     in_hidden: int = 0                 # projector input width (ViT hidden × merge factor)
     tokens: int = 0
 
