@@ -1,0 +1,188 @@
+"""A point in the tuner's search space, and the problem it is evaluated on.
+
+A `Candidate` fixes the three levers: partition (layers per stage), placement (stage → device)
+and a scheduling policy (split backward or not, in-flight limits, priority order). The policy is
+run by the list scheduler and frozen into a table, the way the published tuner's schedule is
+the trace of its simulator's policy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from octopipe.cluster import Cluster
+from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.plan import partition_from_sizes
+from octopipe.tune.listsched import ListResult, StageArrays, list_schedule
+
+INF_LIMIT = math.inf
+
+# Priority orders of (F, I, W) ranks, lower first: backward first with W deferred into bubbles
+# (zero-bubble style), backward then W before new forwards (1F1B-like), forward first.
+KIND_RANKS: tuple[tuple[int, int, int], ...] = ((1, 0, 2), (2, 0, 1), (0, 1, 2))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Partition sizes, placement and policy; hashable, so evaluations are cached."""
+
+    sizes: tuple[int, ...]
+    placement: tuple[int, ...]
+    split: bool = True
+    inflight: float = 1.0              # limit[s] = max(1, round(inflight * (S - s) / chunks))
+    kind_rank: tuple[int, int, int] = (1, 0, 2)
+    f_tiebreak: int = 0                # 0: lowest micro-batch first; 1: deepest stage first
+    b_tiebreak: int = 0                # 0: deepest stage first; 1: lowest micro-batch first
+    w_pressure: float = 0.9            # run W first above this fraction of activation capacity
+    origin: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", tuple(int(x) for x in self.sizes))
+        object.__setattr__(self, "placement", tuple(int(x) for x in self.placement))
+        if len(self.sizes) != len(self.placement):
+            raise ConfigError(f"candidate has {len(self.sizes)} stage sizes but {len(self.placement)} "
+                              "placed stages")
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def partition(self) -> tuple[tuple[int, int], ...]:
+        return partition_from_sizes(self.sizes)
+
+    def limits(self, n_devices: int) -> np.ndarray:
+        S = self.n_stages
+        if math.isinf(self.inflight):
+            return np.zeros(S, dtype=np.int32)
+        chunks = S / max(1, len(set(self.placement)))
+        base = (S - np.arange(S)) / chunks
+        return np.maximum(1, np.round(self.inflight * base)).astype(np.int32)
+
+    def with_(self, **kw) -> "Candidate":
+        return replace(self, **kw)
+
+    def describe(self) -> str:
+        chunks = self.n_stages / max(1, len(set(self.placement)))
+        pol = "zero-bubble split backward" if self.split else "full backward"
+        lim = "memory-bound" if math.isinf(self.inflight) else f"in-flight x{self.inflight:g}"
+        return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """The instance a tuner works on: costs on a cluster of `n_devices`, `n_microbatches`."""
+
+    costs: CostTable
+    cluster: Cluster
+    n_microbatches: int
+    memory_bytes: np.ndarray          # [D] device capacity
+    kind_col: np.ndarray              # [D] CostTable column of each device
+    semantics: str = "eager"
+
+    @classmethod
+    def build(cls, costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
+              semantics: str = "eager") -> "Problem":
+        if n_devices < 1:
+            raise ConfigError(f"pp={n_devices}: a pipeline needs at least one device")
+        if n_microbatches < 1:
+            raise ConfigError(f"microbatches={n_microbatches}: choose at least 1")
+        if costs.n_layers < n_devices:
+            raise ConfigError(f"pp={n_devices} exceeds the model's {costs.n_layers} layers; "
+                              "choose a smaller pp")
+        cl = cluster.restrict(n_devices) if cluster.n_devices != n_devices else cluster
+        cols = []
+        for d in range(n_devices):
+            name = cl.kind_of(d).name
+            if name in costs.kinds:
+                cols.append(costs.kinds.index(name))
+            elif len(costs.kinds) == 1:
+                cols.append(0)
+            else:
+                raise ConfigError(f"cost table has no column for device kind {name!r} "
+                                  f"(it has {', '.join(costs.kinds)}); rebuild the costs for this cluster")
+        mem = np.array([cl.kind_of(d).memory_bytes for d in range(n_devices)], dtype=np.float64)
+        return cls(costs, cl, int(n_microbatches), mem, np.array(cols, dtype=np.int64), semantics)
+
+    @property
+    def n_devices(self) -> int:
+        return self.cluster.n_devices
+
+    @property
+    def n_layers(self) -> int:
+        return self.costs.n_layers
+
+    def layer_work(self) -> np.ndarray:
+        """[L, D] seconds of F+I+W of each layer on each device, per micro-batch."""
+        c = self.costs
+        return (c.f + c.i + c.w)[:, self.kind_col]
+
+    def lower_bound(self) -> float:
+        """Total work over the devices: no bubbles, no exposed transfers, perfect balance.
+
+        With mixed device kinds each layer is charged at its fastest kind and the work is
+        shared in proportion to device speed, which keeps the bound valid.
+        """
+        work = self.layer_work()
+        speed = work.sum(axis=0)
+        per_dev_rate = speed.min() / speed           # relative throughput of each device
+        fastest = work.min(axis=1).sum()
+        return float(self.n_microbatches * fastest / per_dev_rate.sum())
+
+    def arrays(self, cand: Candidate) -> StageArrays:
+        c = self.costs
+        part = cand.partition
+        dev = np.asarray(cand.placement, dtype=np.int32)
+        S = len(part)
+        dur = np.zeros((S, 3))
+        act = np.zeros(S)
+        wact = np.zeros(S)
+        comm_f = np.zeros(S)
+        comm_b = np.zeros(S)
+        static = np.zeros(self.n_devices)
+        for s, (lo, hi) in enumerate(part):
+            k = int(self.kind_col[dev[s]])
+            f = c.range_sum("f", lo, hi, k)
+            i = c.range_sum("i", lo, hi, k)
+            w = c.range_sum("w", lo, hi, k)
+            dur[s] = (f, i, w) if cand.split else (f, i + w, 0.0)
+            act[s] = c.range_sum("act_bytes", lo, hi)
+            wact[s] = c.range_sum("w_act_bytes", lo, hi)
+            static[dev[s]] += c.range_sum("static_bytes", lo, hi)
+            if s + 1 < S:
+                t = self.cluster.transfer_time(int(dev[s]), int(dev[s + 1]), float(c.out_bytes[hi - 1]))
+                comm_f[s] = t
+                comm_b[s + 1] = t
+        cap = self.memory_bytes - static
+        free_i = act - wact if cand.split else act
+        return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
+
+    def static_bytes(self, cand: Candidate) -> np.ndarray:
+        out = np.zeros(self.n_devices)
+        for (lo, hi), d in zip(cand.partition, cand.placement):
+            out[d] += self.costs.range_sum("static_bytes", lo, hi)
+        return out
+
+    def device_load(self, cand: Candidate) -> np.ndarray:
+        """[D] seconds of compute per micro-batch on each device (the static balance)."""
+        work = self.layer_work()
+        pref = np.vstack([np.zeros((1, work.shape[1])), np.cumsum(work, axis=0)])
+        load = np.zeros(self.n_devices)
+        for (lo, hi), d in zip(cand.partition, cand.placement):
+            load[d] += pref[hi, d] - pref[lo, d]
+        return load
+
+    def estimate(self, cand: Candidate) -> ListResult:
+        """Run the candidate's policy through the list scheduler (the cheap estimate)."""
+        arr = self.arrays(cand)
+        if (arr.cap < 0).any():
+            S, M = arr.n_stages, self.n_microbatches
+            return ListResult(math.inf, np.full((S, 3, M), -1.0), np.zeros(0, np.int32),
+                              np.zeros(self.n_devices), False)
+        return list_schedule(arr, self.n_microbatches, split=cand.split,
+                             limits=cand.limits(self.n_devices), kind_rank=cand.kind_rank,
+                             f_tiebreak=cand.f_tiebreak, b_tiebreak=cand.b_tiebreak,
+                             w_pressure=cand.w_pressure)

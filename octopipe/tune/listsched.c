@@ -1,0 +1,187 @@
+/* OctoPipe's fast ranking estimator: a non-preemptive list scheduler over one pipeline.
+ *
+ * Actions are (stage s, kind k, micro-batch m) with k = 0 forward, 1 input gradient (or the
+ * full backward when split == 0), 2 weight gradient; id = (s * 3 + k) * M + m. Each (stage,
+ * kind) queue runs its micro-batches in increasing order. Data edges: F(s,m) after F(s-1,m)
+ * plus a transfer delay; I(s,m) after F(s,m) and I(s+1,m) plus a delay; W(s,m) after I(s,m).
+ * Transfers are pure delays (no link contention): this is the cheap model the tuner ranks
+ * thousands of candidates with before the full simulator checks the best few.
+ *
+ * An idle device starts, among the actions whose inputs are ready earliest, the best-ranked
+ * one: kind rank first (kind_rank[k], lower first; W jumps ahead when the device's activation
+ * memory exceeds w_pressure of its capacity), then a tie-break by stage and micro-batch.
+ * A forward may not start if its stage already holds limit[s] micro-batches in flight or if
+ * its activations would overflow the device's capacity. Devices are served in order of their
+ * earliest possible start, so the schedule is built in time order.
+ *
+ * Returns the number of actions scheduled; fewer than the total means the limits deadlock.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS 1e-12
+
+typedef struct {
+    double est;
+    int id;
+    int valid;
+} Choice;
+
+static double pred_ready(int s, int k, int m, int S, int M, const double *end,
+                         const double *comm_f, const double *comm_b) {
+    double r = 0.0, e;
+    if (k == 0) {
+        if (s == 0) return 0.0;
+        e = end[((s - 1) * 3 + 0) * M + m];
+        if (e < 0) return -1.0;
+        return e + comm_f[s - 1];
+    }
+    if (k == 1) {
+        e = end[(s * 3 + 0) * M + m];
+        if (e < 0) return -1.0;
+        r = e;
+        if (s + 1 < S) {
+            e = end[((s + 1) * 3 + 1) * M + m];
+            if (e < 0) return -1.0;
+            e += comm_b[s + 1];
+            if (e > r) r = e;
+        }
+        return r;
+    }
+    e = end[(s * 3 + 1) * M + m];
+    return e;
+}
+
+/* Lexicographic priority key; smaller runs first. */
+static void prio_key(int s, int k, int m, int rank, int f_tiebreak, int b_tiebreak, long key[3]) {
+    key[0] = rank;
+    if (k == 0) {
+        if (f_tiebreak == 0) { key[1] = m; key[2] = s; }
+        else { key[1] = -s; key[2] = m; }
+    } else {
+        if (b_tiebreak == 0) { key[1] = -s; key[2] = m; }
+        else { key[1] = m; key[2] = -s; }
+    }
+}
+
+static int key_less(const long a[3], const long b[3]) {
+    for (int i = 0; i < 3; i++) {
+        if (a[i] != b[i]) return a[i] < b[i];
+    }
+    return 0;
+}
+
+static void best_of_device(int d, int S, int M, int split, const int *dstage, int ndst,
+                           const int *nxt, const double *end, const double *free_t,
+                           const double *dur, const double *comm_f, const double *comm_b,
+                           const double *act, const double *mem, const double *cap,
+                           const int *inflight, const int *limit, const int *kind_rank,
+                           int f_tiebreak, int b_tiebreak, double w_pressure, Choice *out) {
+    double best_est = INFINITY;
+    long best_key[3] = {0, 0, 0};
+    int best_id = -1;
+    int nk = split ? 3 : 2;
+    int pressured = cap[d] >= 0 && mem[d] > w_pressure * cap[d];
+    (void)dur;
+    for (int j = 0; j < ndst; j++) {
+        int s = dstage[j];
+        for (int k = 0; k < nk; k++) {
+            int m = nxt[s * 3 + k];
+            if (m >= M) continue;
+            double r = pred_ready(s, k, m, S, M, end, comm_f, comm_b);
+            if (r < 0) continue;
+            if (k == 0) {
+                if (limit[s] > 0 && inflight[s] >= limit[s]) continue;
+                if (cap[d] >= 0 && mem[d] + act[s] > cap[d] * (1.0 + 1e-9) + EPS) continue;
+            }
+            double est = r > free_t[d] ? r : free_t[d];
+            int rank = kind_rank[k];
+            if (k == 2 && pressured) rank = -1;
+            long key[3];
+            prio_key(s, k, m, rank, f_tiebreak, b_tiebreak, key);
+            double tol = 1e-12 * (fabs(est) + 1.0);
+            if (best_id < 0 || est < best_est - tol ||
+                (fabs(est - best_est) <= tol && key_less(key, best_key))) {
+                best_est = est;
+                best_id = (s * 3 + k) * M + m;
+                memcpy(best_key, key, sizeof(key));
+            }
+        }
+    }
+    out->valid = best_id >= 0;
+    out->est = best_est;
+    out->id = best_id;
+}
+
+int octo_list_schedule(int S, int M, int D, int split, const int *dev, const double *dur,
+                       const double *comm_f, const double *comm_b, const double *act,
+                       const double *free_i, const double *cap, const int *limit,
+                       const int *kind_rank, int f_tiebreak, int b_tiebreak, double w_pressure,
+                       double *start, int *order, double *peak, double *out_makespan) {
+    int total = S * M * (split ? 3 : 2);
+    int n = S * 3 * M;
+    double *end = (double *)malloc(sizeof(double) * n);
+    double *free_t = (double *)calloc(D, sizeof(double));
+    double *mem = (double *)calloc(D, sizeof(double));
+    int *nxt = (int *)calloc(S * 3, sizeof(int));
+    int *inflight = (int *)calloc(S, sizeof(int));
+    int *dstart = (int *)calloc(D + 1, sizeof(int));
+    int *dstage = (int *)malloc(sizeof(int) * (S > 0 ? S : 1));
+    int *dirty = (int *)malloc(sizeof(int) * D);
+    Choice *cache = (Choice *)malloc(sizeof(Choice) * D);
+    double makespan = 0.0;
+    int done = 0;
+
+    for (int x = 0; x < n; x++) { end[x] = -1.0; start[x] = -1.0; }
+    for (int s = 0; s < S; s++) dstart[dev[s] + 1]++;
+    for (int d = 0; d < D; d++) dstart[d + 1] += dstart[d];
+    {
+        int *fill = (int *)calloc(D, sizeof(int));
+        for (int s = 0; s < S; s++) dstage[dstart[dev[s]] + fill[dev[s]]++] = s;
+        free(fill);
+    }
+    for (int d = 0; d < D; d++) { dirty[d] = 1; peak[d] = 0.0; }
+
+    while (done < total) {
+        int bd = -1;
+        for (int d = 0; d < D; d++) {
+            if (dirty[d]) {
+                best_of_device(d, S, M, split, dstage + dstart[d], dstart[d + 1] - dstart[d], nxt,
+                               end, free_t, dur, comm_f, comm_b, act, mem, cap, inflight, limit,
+                               kind_rank, f_tiebreak, b_tiebreak, w_pressure, &cache[d]);
+                dirty[d] = 0;
+            }
+            if (cache[d].valid && (bd < 0 || cache[d].est < cache[bd].est)) bd = d;
+        }
+        if (bd < 0) break;
+        int id = cache[bd].id;
+        int m = id % M, sk = id / M, s = sk / 3, k = sk % 3;
+        double t0 = cache[bd].est;
+        double t1 = t0 + dur[s * 3 + k];
+        start[id] = t0;
+        end[id] = t1;
+        if (order) order[done] = id;
+        done++;
+        nxt[sk]++;
+        free_t[bd] = t1;
+        if (t1 > makespan) makespan = t1;
+        if (k == 0) {
+            inflight[s]++;
+            mem[bd] += act[s];
+            if (mem[bd] > peak[bd]) peak[bd] = mem[bd];
+        } else if (k == 1) {
+            inflight[s]--;
+            mem[bd] -= split ? free_i[s] : act[s];
+        } else {
+            mem[bd] -= act[s] - free_i[s];
+        }
+        dirty[bd] = 1;
+        if (s + 1 < S) dirty[dev[s + 1]] = 1;
+        if (s > 0) dirty[dev[s - 1]] = 1;
+    }
+    *out_makespan = makespan;
+    free(end); free(free_t); free(mem); free(nxt); free(inflight);
+    free(dstart); free(dstage); free(dirty); free(cache);
+    return done;
+}

@@ -1,0 +1,224 @@
+"""The tuner's cheap estimator: a list scheduler with delays but no link contention.
+
+`list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
+cached), or the same algorithm in Python when no compiler is available. The published tuner
+ranks thousands of candidates with such an estimator and fully simulates only the best few; the
+executed order it returns is also how the tuner turns a priority policy into a frozen table.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_SRC = Path(__file__).with_name("listsched.c")
+_LIB: "ctypes.CDLL | None | bool" = None
+
+
+@dataclass(frozen=True)
+class StageArrays:
+    """Per-stage numbers the estimator needs, for one partition and placement."""
+
+    dev: np.ndarray        # [S] device of each stage (int32)
+    dur: np.ndarray        # [S, 3] F, I (or B), W seconds on the stage's device
+    comm_f: np.ndarray     # [S] delay of stage s's activations reaching s+1
+    comm_b: np.ndarray     # [S] delay of stage s's input gradient reaching s-1
+    act: np.ndarray        # [S] activation bytes one micro-batch keeps from F to backward
+    free_i: np.ndarray     # [S] bytes freed by I (the rest is freed by W)
+    cap: np.ndarray        # [D] activation capacity per device (bytes; -1 = unbounded)
+    n_devices: int
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.dev)
+
+
+@dataclass(frozen=True)
+class ListResult:
+    """Outcome of one list-scheduling run; `complete` is False when the limits deadlock."""
+
+    makespan: float
+    start: np.ndarray      # [S, 3, M] start seconds, -1 where not run
+    order: np.ndarray      # action ids in the order they were started
+    peak: np.ndarray       # [D] peak activation bytes
+    complete: bool
+
+
+def _compile() -> "ctypes.CDLL | None":
+    src = _SRC.read_bytes()
+    tag = hashlib.sha1(src).hexdigest()[:12]
+    cache = Path(os.environ.get("OCTOPIPE_CACHE", Path(tempfile.gettempdir()) / f"octopipe-{os.getuid()}"))
+    lib_path = cache / f"listsched-{tag}.so"
+    if not lib_path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+        cc = os.environ.get("CC", "cc")
+        try:
+            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SRC), "-lm"],
+                           check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        os.replace(tmp, lib_path)
+    lib = ctypes.CDLL(str(lib_path))
+    f = lib.octo_list_schedule
+    ip = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+    dp = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ip, dp, dp, dp, dp, dp,
+                  dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, dp, ip, dp,
+                  ctypes.POINTER(ctypes.c_double)]
+    f.restype = ctypes.c_int
+    return lib
+
+
+def _lib() -> "ctypes.CDLL | None":
+    global _LIB
+    if _LIB is None:
+        if os.environ.get("OCTOPIPE_NO_CC"):
+            _LIB = False
+        else:
+            _LIB = _compile() or False
+    return _LIB or None
+
+
+def compiled() -> bool:
+    """True when the C engine is in use (False: the Python fallback)."""
+    return _lib() is not None
+
+
+def list_schedule(arr: StageArrays, n_microbatches: int, *, split: bool, limits: np.ndarray,
+                  kind_rank: tuple[int, int, int] = (1, 0, 2), f_tiebreak: int = 0,
+                  b_tiebreak: int = 0, w_pressure: float = 2.0,
+                  use_c: bool | None = None) -> ListResult:
+    """Schedule every action of `arr` for `n_microbatches`; see listsched.c for the policy.
+
+    limits[s] caps the micro-batches in flight on stage s (0 = no cap); kind_rank orders F, I, W
+    (lower first); W jumps ahead once a device's activations exceed w_pressure × capacity.
+    """
+    S, M, D = arr.n_stages, int(n_microbatches), arr.n_devices
+    limits = np.ascontiguousarray(limits, dtype=np.int32)
+    lib = _lib() if use_c in (None, True) else None
+    if lib is None or use_c is False:
+        return _list_schedule_py(arr, M, split, limits, kind_rank, f_tiebreak, b_tiebreak, w_pressure)
+    start = np.empty(S * 3 * M, dtype=np.float64)
+    order = np.empty(S * 3 * M, dtype=np.int32)
+    peak = np.zeros(D, dtype=np.float64)
+    ms = ctypes.c_double(0.0)
+    done = lib.octo_list_schedule(
+        S, M, D, int(split), np.ascontiguousarray(arr.dev, dtype=np.int32),
+        np.ascontiguousarray(arr.dur, dtype=np.float64).reshape(-1),
+        np.ascontiguousarray(arr.comm_f, dtype=np.float64), np.ascontiguousarray(arr.comm_b, dtype=np.float64),
+        np.ascontiguousarray(arr.act, dtype=np.float64), np.ascontiguousarray(arr.free_i, dtype=np.float64),
+        np.ascontiguousarray(arr.cap, dtype=np.float64), limits,
+        np.ascontiguousarray(kind_rank, dtype=np.int32), int(f_tiebreak), int(b_tiebreak),
+        float(w_pressure), start, order, peak, ctypes.byref(ms))
+    total = S * M * (3 if split else 2)
+    return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
+                      order[:done].copy(), peak, done == total)
+
+
+def _list_schedule_py(arr: StageArrays, M: int, split: bool, limits: np.ndarray,
+                      kind_rank, f_tiebreak: int, b_tiebreak: int, w_pressure: float) -> ListResult:
+    """The C engine's algorithm in Python (fallback and test oracle)."""
+    S, D = arr.n_stages, arr.n_devices
+    dev = [int(d) for d in arr.dev]
+    dur = arr.dur.tolist()
+    comm_f, comm_b = arr.comm_f.tolist(), arr.comm_b.tolist()
+    act, free_i, cap = arr.act.tolist(), arr.free_i.tolist(), arr.cap.tolist()
+    lim = limits.tolist()
+    end = np.full((S, 3, M), -1.0)
+    start = np.full((S, 3, M), -1.0)
+    nxt = [[0, 0, 0] for _ in range(S)]
+    inflight = [0] * S
+    free_t = [0.0] * D
+    mem = [0.0] * D
+    peak = np.zeros(D)
+    dstages = [[s for s in range(S) if dev[s] == d] for d in range(D)]
+    kinds = 3 if split else 2
+    total = S * M * kinds
+    order: list[int] = []
+    makespan = 0.0
+
+    def ready(s: int, k: int, m: int) -> float:
+        if k == 0:
+            if s == 0:
+                return 0.0
+            e = end[s - 1, 0, m]
+            return -1.0 if e < 0 else e + comm_f[s - 1]
+        if k == 1:
+            e = end[s, 0, m]
+            if e < 0:
+                return -1.0
+            r = e
+            if s + 1 < S:
+                e2 = end[s + 1, 1, m]
+                if e2 < 0:
+                    return -1.0
+                r = max(r, e2 + comm_b[s + 1])
+            return r
+        return end[s, 1, m]
+
+    def best(d: int):
+        pick = None
+        pressured = cap[d] >= 0 and mem[d] > w_pressure * cap[d]
+        for s in dstages[d]:
+            for k in range(kinds):
+                m = nxt[s][k]
+                if m >= M:
+                    continue
+                r = ready(s, k, m)
+                if r < 0:
+                    continue
+                if k == 0:
+                    if lim[s] > 0 and inflight[s] >= lim[s]:
+                        continue
+                    if cap[d] >= 0 and mem[d] + act[s] > cap[d] * (1 + 1e-9) + 1e-12:
+                        continue
+                est = max(r, free_t[d])
+                rank = -1 if (k == 2 and pressured) else kind_rank[k]
+                if k == 0:
+                    key = (rank, m, s) if f_tiebreak == 0 else (rank, -s, m)
+                else:
+                    key = (rank, -s, m) if b_tiebreak == 0 else (rank, m, -s)
+                if pick is None:
+                    pick = (est, key, s, k, m)
+                    continue
+                tol = 1e-12 * (abs(est) + 1.0)
+                if est < pick[0] - tol or (abs(est - pick[0]) <= tol and key < pick[1]):
+                    pick = (est, key, s, k, m)
+        return pick
+
+    while len(order) < total:
+        cands = [(best(d), d) for d in range(D)]
+        bd, choice = None, None
+        for c, d in cands:
+            if c is not None and (choice is None or c[0] < choice[0]):
+                bd, choice = d, c
+        if choice is None:
+            break
+        t0, _, s, k, m = choice
+        t1 = t0 + dur[s][k]
+        start[s, k, m] = t0
+        end[s, k, m] = t1
+        order.append((s * 3 + k) * M + m)
+        nxt[s][k] += 1
+        free_t[bd] = t1
+        makespan = max(makespan, t1)
+        if k == 0:
+            inflight[s] += 1
+            mem[bd] += act[s]
+            peak[bd] = max(peak[bd], mem[bd])
+        elif k == 1:
+            inflight[s] -= 1
+            mem[bd] -= free_i[s] if split else act[s]
+        else:
+            mem[bd] -= act[s] - free_i[s]
+    complete = len(order) == total
+    return ListResult(makespan if complete else math.inf, start, np.asarray(order, dtype=np.int32),
+                      peak, complete)

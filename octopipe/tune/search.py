@@ -1,0 +1,168 @@
+"""Iterated local search over candidates, ranked by the list-scheduling estimator.
+
+simulate (estimate) → attribute → moves aimed at the largest cause → rank cheaply (bubble
+pressure, static balance) → estimate the best few → keep an improvement; at a local optimum kick
+the best candidate (random moves) or restart from the next seed; stop at convergence (patience),
+the iteration cap or the time budget. Every random choice follows `seed`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from octopipe.schedule.table import loop_placement, v_placement
+from octopipe.tune.attribution import from_list_result
+from octopipe.tune.balance import balanced_sizes
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.moves import neighbours, perturb
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    time_budget_s: float = 30.0
+    max_iters: int = 400
+    patience: int = 40           # iterations without a new best before stopping
+    candidates_per_iter: int = 8  # moves estimated per iteration (at least; more on small cases)
+    kick_strength: int = 3
+    max_chunks: int = 8
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "SearchConfig":
+        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+        base = cls()
+        return cls(**{k: type(getattr(base, k))(get(k, getattr(base, k)))
+                      for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class SearchOutcome:
+    best: Candidate
+    best_makespan: float
+    history: list[dict] = field(default_factory=list)
+    pool: list[tuple[float, Candidate]] = field(default_factory=list)   # best distinct, ascending
+    evaluations: int = 0
+    iterations: int = 0
+    stop_reason: str = ""
+
+
+def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
+    """Named-family starting points: loop (1F1B / interleaved) and V placements, balanced stages."""
+    D, L = problem.n_devices, problem.n_layers
+    work = problem.layer_work().mean(axis=1)
+    out: list[Candidate] = []
+    for v in range(1, max_chunks + 1):
+        if D * v > L:
+            break
+        sizes = balanced_sizes(work, D * v)
+        fams = [("loop", loop_placement(D, v))]
+        if v >= 2:
+            fams.append(("v", v_placement(D, v)))
+        for fam, pl in fams:
+            for split in (True, False):
+                for infl in (1.0, 2.0, math.inf):
+                    out.append(Candidate(sizes, pl, split, infl, origin=f"{fam}{v}"))
+    return out
+
+
+class Evaluator:
+    """Cached estimator calls, counted."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.cache: dict[Candidate, float] = {}
+        self.calls = 0
+
+    def __call__(self, c: Candidate) -> float:
+        v = self.cache.get(c)
+        if v is None:
+            self.calls += 1
+            v = float(self.problem.estimate(c).makespan)
+            self.cache[c] = v
+        return v
+
+    def pool(self, k: int) -> list[tuple[float, Candidate]]:
+        ranked = sorted(((v, c) for c, v in self.cache.items() if math.isfinite(v)),
+                        key=lambda t: t[0])
+        return ranked[:k]
+
+
+def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, seed: int = 0,
+           on_progress: Callable[[float, float, int], None] | None = None,
+           pool_size: int = 8) -> SearchOutcome:
+    """Improve on `starts` (plus the named-family seeds) within the config's budget."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    ev = Evaluator(problem)
+    seeds = list(dict.fromkeys([*starts, *seed_candidates(problem, cfg.max_chunks)]))
+    scored = sorted(((ev(c), i, c) for i, c in enumerate(seeds)), key=lambda t: (t[0], t[1]))
+    scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
+    if not scored:
+        raise_infeasible(problem)
+    best_ms, best = scored[0]
+    history = [{"t_s": time.perf_counter() - t0, "iteration": 0, "makespan_s": best_ms,
+                "move": f"start ({best.origin or 'seed'})", "candidate": best.describe()}]
+    restarts = [c for _, c in scored[1:]]
+    # restart from distinct families first
+    seen_origin = {best.origin}
+    restarts.sort(key=lambda c: (c.origin in seen_origin, ev(c)))
+    cur, cur_ms = best, best_ms
+    since_best = 0
+    it = 0
+    stop = "converged"
+    per_iter = max(cfg.candidates_per_iter, 1)
+    while True:
+        it += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed > cfg.time_budget_s:
+            stop = "time budget"
+            break
+        if it > cfg.max_iters:
+            stop = "iteration cap"
+            break
+        if since_best >= cfg.patience:
+            stop = "converged"
+            break
+        res = problem.estimate(cur)
+        attr = from_list_result(problem, cur, res)
+        moves = neighbours(cur, problem, attr)
+        # adapt the estimated width to the instance: wide while estimates are cheap
+        unit = (time.perf_counter() - t0) / max(1, ev.calls)
+        width = int(np.clip(0.02 * cfg.time_budget_s / max(unit, 1e-6), per_iter, 400))
+        fresh = [(x, tag) for x, _, tag in moves if x not in ev.cache][:width]
+        improved = False
+        if fresh:
+            vals = [(ev(x), k, x, tag) for k, (x, tag) in enumerate(fresh)]
+            v, _, x, tag = min(vals, key=lambda t: (t[0], t[1]))
+            if v < cur_ms * (1 - 1e-9):
+                cur, cur_ms, improved = x, v, True
+                if v < best_ms * (1 - 1e-9):
+                    best, best_ms = x, v
+                    since_best = 0
+                    history.append({"t_s": time.perf_counter() - t0, "iteration": it,
+                                    "makespan_s": v, "move": tag, "candidate": x.describe()})
+        if not improved:
+            since_best += 1
+            if restarts and since_best % 4 == 2:
+                cur = restarts.pop(0)
+            else:
+                cur = perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))
+            cur_ms = ev(cur)
+        elif cur is not best:
+            since_best += 1
+        if on_progress is not None:
+            on_progress(time.perf_counter() - t0, best_ms, it)
+    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop)
+
+
+def raise_infeasible(problem: Problem) -> None:
+    from octopipe.errors import InfeasibleError
+    need = problem.costs.static_bytes.sum()
+    have = problem.memory_bytes.sum()
+    raise InfeasibleError(
+        f"no candidate fits memory: the model's parameters, gradients and optimizer state need "
+        f"{need / 2**30:.1f} GiB against {have / 2**30:.1f} GiB on {problem.n_devices} devices "
+        f"(plus activations); use more devices (pp) or fewer micro-batches in flight")

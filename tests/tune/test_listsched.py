@@ -1,0 +1,76 @@
+"""The tuner's list-scheduling estimator: closed forms and C/Python agreement."""
+import math
+
+import numpy as np
+import pytest
+
+from octopipe.cost.table import CostTable
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.listsched import StageArrays, compiled, list_schedule
+from .helpers import free_cluster
+
+
+def _arrays(dev, dur, D, comm=0.0, cap=-1.0):
+    S = len(dev)
+    return StageArrays(np.asarray(dev, np.int32), np.asarray(dur, float), np.full(S, comm),
+                       np.full(S, comm), np.ones(S), np.full(S, 0.5), np.full(D, cap), D)
+
+
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 3), (4, 8), (5, 2)])
+def test_1f1b_closed_form(p, m):
+    """Uniform stages, full backward, 1F1B in-flight limits: (m + p - 1)(F + B)."""
+    arr = _arrays(range(p), [[1.0, 2.0, 0.0]] * p, p)
+    r = list_schedule(arr, m, split=False, limits=np.arange(p, 0, -1), kind_rank=(1, 0, 2))
+    assert r.complete
+    assert r.makespan == pytest.approx((m + p - 1) * 3.0)
+    # 1F1B keeps at most p - s micro-batches in flight on stage s: peak = (p - s) activations
+    assert r.peak.tolist() == [float(min(m, p - s)) for s in range(p)]
+
+
+def test_transfer_delay_adds_per_boundary():
+    """One micro-batch through p stages: every boundary delay is paid twice (F and B)."""
+    p = 3
+    arr = _arrays(range(p), [[1.0, 2.0, 0.0]] * p, p, comm=0.5)
+    r = list_schedule(arr, 1, split=False, limits=np.zeros(p))
+    assert r.makespan == pytest.approx(p * 3.0 + 2 * (p - 1) * 0.5)
+
+
+def test_memory_deadlock_reported():
+    """A device holding stages 0 and 1 with room for one activation cannot run micro-batch 0."""
+    arr = _arrays([0, 0], [[1.0, 1.0, 1.0]] * 2, 1, cap=1.0)
+    r = list_schedule(arr, 2, split=True, limits=np.zeros(2))
+    assert not r.complete and math.isinf(r.makespan)
+
+
+@pytest.mark.skipif(not compiled(), reason="no C compiler: only the Python engine exists")
+def test_c_engine_matches_python_engine():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        D = int(rng.integers(1, 5))
+        S = D * int(rng.integers(1, 3))
+        M = int(rng.integers(1, 6))
+        dev = np.array([s % D for s in range(S)], np.int32)
+        rng.shuffle(dev)
+        arr = StageArrays(dev, rng.integers(1, 5, (S, 3)).astype(float),
+                          rng.integers(0, 2, S).astype(float), rng.integers(0, 2, S).astype(float),
+                          np.ones(S), np.full(S, 0.5),
+                          np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 5))), D)
+        kw = dict(split=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
+                  kind_rank=tuple(int(x) for x in rng.permutation(3)),
+                  f_tiebreak=int(rng.integers(2)), b_tiebreak=int(rng.integers(2)),
+                  w_pressure=float(rng.random()))
+        a = list_schedule(arr, M, use_c=True, **kw)
+        b = list_schedule(arr, M, use_c=False, **kw)
+        assert a.complete == b.complete
+        if a.complete:
+            assert a.makespan == pytest.approx(b.makespan)
+            assert (a.order == b.order).all()
+
+
+def test_problem_estimate_uses_costs_and_lower_bound():
+    costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0)
+    pb = Problem.build(costs, free_cluster(4), 4, 8)
+    assert pb.lower_bound() == pytest.approx(8 * 8 * 3.0 / 4)
+    c = Candidate((2, 2, 2, 2), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2))
+    r = pb.estimate(c)
+    assert r.makespan == pytest.approx((8 + 3) * 6.0)
