@@ -13,7 +13,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from octopipe.errors import OctoPipeError
@@ -66,11 +66,15 @@ def dispatch(cfg: DictConfig, out_dir: Path) -> dict:
     mode = str(cfg.mode)
     if mode not in MODES:
         raise OctoPipeError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    # An experiment may name its own driver module (same `run(cfg, out_dir)` contract).
+    driver = OmegaConf.select(cfg, "experiment.driver", default=None)
+    target = str(driver) if driver else f"octopipe.modes.{mode}"
     try:
-        module = importlib.import_module(f"octopipe.modes.{mode}")
+        module = importlib.import_module(target)
     except ModuleNotFoundError as e:
-        if e.name == f"octopipe.modes.{mode}":
-            raise OctoPipeError(f"mode={mode} is not available in this version") from e
+        if e.name == target:
+            raise OctoPipeError(f"{'experiment driver ' + target if driver else 'mode=' + mode} "
+                                f"is not available in this version") from e
         raise
     summary = module.run(cfg, out_dir)
     summary = {"mode": mode, **summary}

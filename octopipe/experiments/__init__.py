@@ -1,0 +1,1 @@
+"""Reproducible experiments driven by `python -m octopipe.run experiment=NAME`."""

@@ -1,0 +1,375 @@
+"""`experiment=published`: the named baselines and the OctoPipe plan on the published profiles.
+
+For every profile preset (per-layer times measured by the OctoPipe authors), pipeline size,
+micro-batch count and communication setting (free, as the published tool assumes, or a real
+node's links), this driver builds the baselines, simulates them with `octopipe.sim`, and asks
+the tuner for a plan through `run_octopipe_tuner`:
+
+- `s1f1b`: 1F1B, one stage per device, uniform layers per stage (Megatron-style);
+- `interleaved`: interleaved 1F1B, `chunks` stages per device, uniform layers per stage;
+- `zbh1`: ZB-H1 (split backward), uniform layers per stage;
+- `s1f1b_balanced`, `zbh1_balanced`: the same schedules on the partition that minimizes the
+  slowest stage's F + B (exact min-max split; the Mist/AdaPipe-style balanced baseline);
+- `octopipe`: the tuner's plan, re-simulated here like every baseline.
+
+Figures per row: makespan, per-device bubble ratio (idle share of the makespan; busy time is the
+device's compute from the cost table), efficiency against the lower bound (total work over the
+devices: no bubble, no exposed transfer), tuner seconds, and speedups of the OctoPipe plan.
+
+A separate check re-runs the published tool's own baseline conventions on the case the issue
+quotes (Nemotron-Nano-v2-9B, 4 devices, 8 micro-batches, communication free) and compares
+with its figures: see `published_check`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
+from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.plan import Plan, uniform_partition
+from octopipe.schedule.table import ScheduleTable
+
+BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
+COMMS = ("free", "node")
+
+
+@dataclass(frozen=True)
+class Case:
+    profile: str
+    devices: int
+    microbatches: int
+    comm: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.profile} p={self.devices} m={self.microbatches} comm={self.comm}"
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    """One schedule on one case: simulated makespan and the devices' compute seconds."""
+
+    case: Case
+    schedule: str
+    makespan_s: float
+    busy_s: np.ndarray
+    lower_bound_s: float
+    partition: tuple[tuple[int, int], ...]
+    placement: tuple[int, ...]
+    tuner_s: float | None = None
+
+    @property
+    def bubble_ratio(self) -> np.ndarray:
+        return 1.0 - self.busy_s / self.makespan_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.lower_bound_s / self.makespan_s
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "profile": self.case.profile, "devices": self.case.devices,
+            "microbatches": self.case.microbatches, "comm": self.case.comm,
+            "schedule": self.schedule, "makespan_ms": self.makespan_s * 1e3,
+            "bubble_ratio_per_device": [float(x) for x in self.bubble_ratio],
+            "bubble_ratio_mean": float(self.bubble_ratio.mean()),
+            "efficiency_vs_lower_bound": self.efficiency,
+            "lower_bound_ms": self.lower_bound_s * 1e3,
+            "stage_sizes": [hi - lo for lo, hi in self.partition],
+            "placement": list(self.placement),
+            "tuner_s": self.tuner_s,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure pieces: partitions, bounds, busy time, clusters
+
+
+def balanced_partition(weights: np.ndarray, n_stages: int) -> tuple[tuple[int, int], ...]:
+    """Contiguous non-empty stages minimizing the largest stage sum of `weights` (exact DP).
+
+    best[k][j] is the smallest possible largest stage over the first j layers cut into k stages;
+    ties keep the latest cut, so earlier stages take the extra layers.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    n = len(w)
+    if not 1 <= n_stages <= n:
+        raise ConfigError(f"cannot split {n} layers into {n_stages} non-empty stages; use at most "
+                          f"{n} stages")
+    ps = np.concatenate([[0.0], np.cumsum(w)])
+    best = np.full((n_stages + 1, n + 1), np.inf)
+    cut = np.zeros((n_stages + 1, n + 1), dtype=np.int64)
+    best[0, 0] = 0.0
+    for k in range(1, n_stages + 1):
+        for j in range(k, n + 1):
+            i = np.arange(k - 1, j)
+            cand = np.maximum(best[k - 1, i], ps[j] - ps[i])
+            pick = len(cand) - 1 - int(np.argmin(cand[::-1]))
+            best[k, j], cut[k, j] = cand[pick], i[pick]
+    bounds, j = [], n
+    for k in range(n_stages, 0, -1):
+        bounds.append((int(cut[k, j]), j))
+        j = int(cut[k, j])
+    return tuple(reversed(bounds))
+
+
+def layer_work_s(costs: CostTable) -> np.ndarray:
+    """F + B seconds per layer on the fastest device kind (a lower bound on any device)."""
+    return (costs.f + costs.b).min(axis=1)
+
+
+def lower_bound_s(costs: CostTable, n_devices: int, n_microbatches: int) -> float:
+    """Total work divided over the devices: no bubble, no exposed transfer."""
+    return float(layer_work_s(costs).sum()) * n_microbatches / n_devices
+
+
+def device_busy_s(costs: CostTable, plan: Plan, cluster: Cluster, n_microbatches: int) -> np.ndarray:
+    """Compute seconds per device: its stages' F + B on its device kind, for every micro-batch."""
+    busy = np.zeros(plan.table.n_devices)
+    for s, ((lo, hi), d) in enumerate(zip(plan.partition, plan.placement)):
+        k = _kind_column(costs, cluster, d)
+        busy[d] += (costs.range_sum("f", lo, hi, k) + costs.range_sum("i", lo, hi, k)
+                    + costs.range_sum("w", lo, hi, k)) * n_microbatches
+    return busy
+
+
+def _kind_column(costs: CostTable, cluster: Cluster, device: int) -> int:
+    name = cluster.kind_of(device).name
+    return costs.kinds.index(name) if name in costs.kinds else 0
+
+
+def node_cluster(node: Mapping[str, Any], n_devices: int) -> Cluster:
+    """`n_devices` GPUs of one node joined by the configured link (bandwidth per direction)."""
+    kind = DeviceKind(str(node["device"]), float(node["peak_tflops"]) * 1e12,
+                      float(node["memory_gb"]) * 1e9, float(node["memory_bandwidth_tbps"]) * 1e12)
+    link = Link(str(node["link"]), float(node["link_bandwidth_gbps"]) * 1e9,
+                float(node["link_latency_us"]) * 1e-6)
+    return Cluster(str(node["name"]), (kind,), (0,) * n_devices, (0,) * n_devices, link, link)
+
+
+def comm_free(cluster: Cluster) -> Cluster:
+    """The same devices with transfers that take no time (the published tool's assumption)."""
+    free = Link("free", math.inf, 0.0)
+    return Cluster(f"{cluster.name}-comm-free", cluster.kinds, cluster.device_kind, cluster.node,
+                   free, free)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edges: schedule library, simulator, tuner
+
+
+def schedule_table(name: str, n_devices: int, n_microbatches: int, chunks: int) -> ScheduleTable:
+    from octopipe.schedule.library import build_schedule
+    return build_schedule(name, n_devices, n_microbatches, chunks)
+
+
+def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
+    """Strict, eager-communication simulation of a plan: its makespan in seconds."""
+    from octopipe.sim.durations import bind
+    from octopipe.sim.engine import run_strict
+    from octopipe.sim.program import compile_table
+    program = compile_table(plan.table)
+    raw = run_strict(program, bind(program, plan.partition, costs, cluster))
+    if raw.stuck is not None:
+        raise ConfigError(f"plan {plan.table.name!r} deadlocks in the simulator")
+    return float(np.max(raw.end))
+
+
+def tuner_available() -> bool:
+    try:
+        from octopipe.tune import tune  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_octopipe_tuner(costs: CostTable, cluster: Cluster, n_microbatches: int,
+                       tuner_cfg: Mapping[str, Any], seed: int) -> tuple[Plan, float] | None:
+    """The OctoPipe plan for one case and the tuner's wall-clock seconds; None without a tuner.
+
+    This is the experiment's only call into `octopipe.tune`: `tune(costs, cluster,
+    n_microbatches, config=..., seed=...)` returning a Plan (or a result whose `.plan` is one).
+    """
+    if not tuner_available():
+        return None
+    from octopipe.tune import tune
+    t0 = time.perf_counter()
+    result = tune(costs, cluster, n_microbatches, config=dict(tuner_cfg), seed=seed)
+    seconds = time.perf_counter() - t0
+    plan = result if isinstance(result, Plan) else result.plan
+    return plan, seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and cases
+
+
+def baseline_plans(costs: CostTable, n_devices: int, n_microbatches: int, chunks: int,
+                   names: Sequence[str] = BASELINES,
+                   table_of: Callable[..., ScheduleTable] = schedule_table) -> dict[str, Plan]:
+    """The named baselines as plans (uniform or balanced partitions)."""
+    n = costs.n_layers
+    work = layer_work_s(costs)
+    plans = {}
+    for name in names:
+        if name == "s1f1b":
+            plans[name] = Plan(uniform_partition(n, n_devices), table_of("1f1b", n_devices, n_microbatches, 1))
+        elif name == "interleaved":
+            if n < n_devices * chunks:
+                continue
+            plans[name] = Plan(uniform_partition(n, n_devices * chunks),
+                               table_of("interleaved", n_devices, n_microbatches, chunks))
+        elif name == "zbh1":
+            plans[name] = Plan(uniform_partition(n, n_devices), table_of("zbh1", n_devices, n_microbatches, 1))
+        elif name == "s1f1b_balanced":
+            plans[name] = Plan(balanced_partition(work, n_devices),
+                               table_of("1f1b", n_devices, n_microbatches, 1))
+        elif name == "zbh1_balanced":
+            plans[name] = Plan(balanced_partition(work, n_devices),
+                               table_of("zbh1", n_devices, n_microbatches, 1))
+        else:
+            raise ConfigError(f"experiment.baselines: unknown baseline {name!r}; valid: "
+                              f"{', '.join(BASELINES)}")
+    return plans
+
+
+def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
+             simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+             tuner_s: float | None = None) -> Outcome:
+    m = case.microbatches
+    return Outcome(case, name, simulate(plan, costs, cluster),
+                   device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
+                   plan.partition, plan.placement, tuner_s)
+
+
+def cases(exp: Mapping[str, Any]) -> list[Case]:
+    comms = list(exp["comm"])
+    bad = [c for c in comms if c not in COMMS]
+    if bad:
+        raise ConfigError(f"experiment.comm: {bad[0]!r} is not a setting; valid: {', '.join(COMMS)}")
+    return [Case(str(pr), int(p), int(m), str(c)) for pr in exp["profiles"] for p in exp["devices"]
+            for m in exp["microbatches"] for c in comms]
+
+
+def speedups(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """Baseline makespan over the OctoPipe plan's, per baseline, and over the best baseline."""
+    ours = [o for o in outcomes if o.schedule == "octopipe"]
+    if not ours:
+        return {}
+    base = {o.schedule: o.makespan_s for o in outcomes if o.schedule != "octopipe"}
+    out = {f"speedup_vs_{k}": v / ours[0].makespan_s for k, v in base.items()}
+    out["speedup_vs_best_baseline"] = min(base.values()) / ours[0].makespan_s
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The published tool's own baseline conventions
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    schedule: str
+    ours_ms: float
+    published_ms: float
+    convention: str
+
+    @property
+    def difference_ms(self) -> float:
+        return self.ours_ms - self.published_ms
+
+
+def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
+                    simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+                    table_of: Callable[..., ScheduleTable] = schedule_table) -> list[CheckRow]:
+    """Re-run the published tool's baselines on the case the issue quotes.
+
+    Its conventions (PipelineSimulator, `_init_placement_and_partition`): uniform stages
+    (`layers / (devices · chunks)` each); interleaved with `chunks = layers // devices`, i.e. one
+    layer per virtual stage; ZB-H halves B before rounding each half to its 0.1 ms tick.
+    """
+    prof = load_preset(str(ref["profile"]))
+    p, m = int(ref["devices"]), int(ref["microbatches"])
+    cluster = comm_free(node_cluster(_CHECK_NODE, p))
+    kinds = tuple(k.name for k in cluster.kinds)
+    costs = profile_cost_table(prof, cost_opts, kinds)
+    split_costs = profile_cost_table(
+        prof, ProfileOptions(cost_opts.averaging, cost_opts.split, cost_opts.tick_ms, True), kinds)
+    n = costs.n_layers
+    v = n // p
+    rows = [CheckRow("lower_bound", lower_bound_s(costs, p, m) * 1e3, float(ref["lower_bound_ms"]),
+                     "total F + B over the devices, 0.1 ms ticks")]
+    s1 = Plan(uniform_partition(n, p), table_of("1f1b", p, m, 1))
+    rows.append(CheckRow("s1f1b", simulate(s1, costs, cluster) * 1e3, float(ref["s1f1b_ms"]),
+                         f"{n // p} layers per stage"))
+    il = Plan(uniform_partition(n, p * v), table_of("interleaved", p, m, v))
+    rows.append(CheckRow("interleaved", simulate(il, costs, cluster) * 1e3,
+                         float(ref["interleaved_ms"]), f"chunks = {v}, one layer per virtual stage"))
+    zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
+    rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref["zbh_ms"]),
+                         "I and W each rounded up to the tick"))
+    return rows
+
+
+_CHECK_NODE = {"name": "check", "device": "H800", "peak_tflops": 989, "memory_gb": 80,
+               "memory_bandwidth_tbps": 3.35, "link": "free", "link_bandwidth_gbps": 1,
+               "link_latency_us": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# The mode-level driver
+
+
+@dataclass
+class Results:
+    outcomes: list[Outcome] = field(default_factory=list)
+    check: list[CheckRow] = field(default_factory=list)
+    tuner: bool = False
+
+
+def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapping[str, Any],
+              seed: int, progress: Callable[[str], None] = lambda s: None) -> Results:
+    res = Results(tuner=bool(exp.get("tuner", True)) and tuner_available())
+    chunks = int(exp["interleaved_chunks"])
+    names = tuple(exp.get("baselines") or BASELINES)
+    for case in cases(exp):
+        progress(case.label)
+        node = node_cluster(exp["node"], case.devices)
+        cluster = node if case.comm == "node" else comm_free(node)
+        costs = profile_cost_table(load_preset(case.profile), cost_opts,
+                                   tuple(k.name for k in cluster.kinds))
+        for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
+            res.outcomes.append(evaluate(case, name, plan, costs, cluster))
+        if res.tuner:
+            tuned = run_octopipe_tuner(costs, cluster, case.microbatches, tuner_cfg, seed)
+            if tuned is not None:
+                plan, seconds = tuned
+                res.outcomes.append(evaluate(case, "octopipe", plan, costs, cluster, tuner_s=seconds))
+    return res
+
+
+def run(cfg: Any, out_dir: Path) -> dict:
+    """Hydra entry: run every case, print the table, write plots, report.md and the summary."""
+    from omegaconf import OmegaConf
+    from rich.console import Console
+
+    from octopipe.experiments import published_report as report
+
+    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
+    cost_opts = ProfileOptions.from_cfg(cfg.cost)
+    tuner_cfg = OmegaConf.to_container(cfg.tuner, resolve=True) if "tuner" in cfg else {}
+    console = Console()
+    res = run_cases(exp, cost_opts, tuner_cfg, int(cfg.get("seed", 0)),
+                    progress=lambda s: console.print(f"[dim]case {s}[/dim]"))
+    res.check = published_check(exp["published_reference"], cost_opts)
+    summary = report.summarize(res, exp)
+    report.print_tables(console, res, exp)
+    report.write_artifacts(out_dir, res, exp, summary)
+    return summary

@@ -1,0 +1,200 @@
+"""Tables, plots, report.md and summary.json of `experiment=published` (the side-effect edge)."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from octopipe.experiments.published import Case, Outcome, Results, speedups
+
+NOTE_NO_TUNER = ("octopipe.tune.tune is not available in this build: the OctoPipe-plan column "
+                 "is empty and no speedup is reported.")
+
+
+def _by_case(outcomes: Sequence[Outcome]) -> dict[Case, list[Outcome]]:
+    out: dict[Case, list[Outcome]] = {}
+    for o in outcomes:
+        out.setdefault(o.case, []).append(o)
+    return out
+
+
+def _geomean(xs: Sequence[float]) -> float | None:
+    return float(math.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary.json document: every row, the published check, and the aggregates."""
+    rows = []
+    per_case = _by_case(res.outcomes)
+    for case, outs in per_case.items():
+        sp = speedups(outs)
+        for o in outs:
+            row = o.row()
+            if o.schedule == "octopipe":
+                row.update(sp)
+            rows.append(row)
+    schedules = sorted({o.schedule for o in res.outcomes})
+    eff = {}
+    for comm in ("free", "node"):
+        for s in schedules:
+            xs = [o.efficiency for o in res.outcomes if o.schedule == s and o.case.comm == comm]
+            if xs:
+                eff[f"{s}_{comm}"] = float(np.mean(xs))
+    summary: dict[str, Any] = {
+        "experiment": "published",
+        "n_cases": len(per_case),
+        "tuner_available": res.tuner,
+        "rows": rows,
+        "mean_efficiency_vs_lower_bound": eff,
+        "published_check": [{"schedule": c.schedule, "ours_ms": c.ours_ms,
+                             "published_ms": c.published_ms, "difference_ms": c.difference_ms,
+                             "convention": c.convention} for c in res.check],
+    }
+    ours = [o for o in res.outcomes if o.schedule == "octopipe"]
+    if not ours:
+        summary["note"] = NOTE_NO_TUNER
+        return summary
+    sp = {c: speedups(outs) for c, outs in per_case.items() if any(o.schedule == "octopipe" for o in outs)}
+    summary["geomean_speedup_vs_best_baseline"] = {
+        comm: _geomean([v["speedup_vs_best_baseline"] for c, v in sp.items() if c.comm == comm])
+        for comm in ("free", "node")}
+    summary["min_efficiency_vs_lower_bound"] = {
+        f"p{p}_{comm}": min((o.efficiency for o in ours if o.case.devices == p and o.case.comm == comm),
+                            default=None)
+        for p in sorted({o.case.devices for o in ours}) for comm in ("free", "node")}
+    summary["tuner_s_max"] = max(o.tuner_s or 0.0 for o in ours)
+    ref = exp.get("published_reference", {})
+    for o in ours:
+        if (o.case.profile, o.case.devices, o.case.microbatches, o.case.comm) == (
+                ref.get("profile"), ref.get("devices"), ref.get("microbatches"), "free"):
+            summary["reference_case"] = {
+                "makespan_ms": o.makespan_s * 1e3,
+                "published_octopipe_ms": ref.get("octopipe_ms"),
+                "speedup_vs_published_octopipe": float(ref["octopipe_ms"]) / (o.makespan_s * 1e3),
+                "tuner_s": o.tuner_s}
+    # How much of each plan's advantage survives real transfers: speedup with comm / without.
+    survive = {}
+    for c, v in sp.items():
+        if c.comm == "node":
+            twin = Case(c.profile, c.devices, c.microbatches, "free")
+            if twin in sp:
+                survive[f"{c.profile}_p{c.devices}_m{c.microbatches}"] = (
+                    v["speedup_vs_best_baseline"] / sp[twin]["speedup_vs_best_baseline"])
+    summary["speedup_retained_with_comm"] = survive
+    return summary
+
+
+def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
+    from rich.table import Table
+    t = Table(title="experiment=published: makespan (ms) · efficiency vs lower bound · mean bubble")
+    for col in ("profile", "p", "m", "comm", "schedule", "makespan ms", "eff", "bubble",
+                "bubble per device", "tuner s"):
+        t.add_column(col, justify="right" if col not in ("profile", "comm", "schedule") else "left")
+    for case, outs in _by_case(res.outcomes).items():
+        for o in outs:
+            t.add_row(case.profile, str(case.devices), str(case.microbatches), case.comm,
+                      o.schedule, f"{o.makespan_s * 1e3:.1f}", f"{o.efficiency:.3f}",
+                      f"{o.bubble_ratio.mean():.1%}",
+                      " ".join(f"{x:.0%}" for x in o.bubble_ratio),
+                      "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
+    console.print(t)
+    c = Table(title="published-tool conventions on the issue's case (comm free)")
+    for col in ("schedule", "ours ms", "published ms", "diff ms", "convention"):
+        c.add_column(col)
+    for r in res.check:
+        c.add_row(r.schedule, f"{r.ours_ms:.1f}", f"{r.published_ms:.1f}",
+                  f"{r.difference_ms:+.1f}", r.convention)
+    console.print(c)
+    if not res.tuner:
+        console.print(f"[yellow]{NOTE_NO_TUNER}[/yellow]")
+
+
+def write_artifacts(out_dir: Path, res: Results, exp: Mapping[str, Any], summary: dict) -> None:
+    out_dir = Path(out_dir)
+    _write_csv(out_dir / "results.csv", summary["rows"])
+    _plot_efficiency(out_dir / "efficiency.png", res)
+    _plot_bubbles(out_dir / "bubbles.png", res, exp)
+    (out_dir / "report.md").write_text(_report_md(res, summary))
+
+
+def _write_csv(path: Path, rows: Sequence[dict]) -> None:
+    if not rows:
+        return
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (" ".join(f"{x:.4f}" for x in v) if isinstance(v, list) else v)
+                        for k, v in r.items()})
+
+
+def _plot_efficiency(path: Path, res: Results) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    profiles = list(dict.fromkeys(o.case.profile for o in res.outcomes))
+    schedules = list(dict.fromkeys(o.schedule for o in res.outcomes))
+    fig, axes = plt.subplots(len(profiles), 1, figsize=(12, 3 * max(1, len(profiles))), squeeze=False)
+    for ax, prof in zip(axes[:, 0], profiles):
+        cs = [c for c in _by_case(res.outcomes) if c.profile == prof]
+        x = np.arange(len(cs))
+        width = 0.8 / max(1, len(schedules))
+        for j, s in enumerate(schedules):
+            ys = [next((o.efficiency for o in res.outcomes if o.case == c and o.schedule == s), 0.0)
+                  for c in cs]
+            ax.bar(x + j * width, ys, width, label=s)
+        ax.set_xticks(x + 0.4 - width / 2,
+                      [f"p{c.devices} m{c.microbatches}\n{c.comm}" for c in cs], fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.axhline(1.0, color="k", lw=0.5)
+        ax.set_ylabel("efficiency")
+        ax.set_title(prof, fontsize=9)
+    axes[0, 0].legend(fontsize=7, ncol=len(schedules))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_bubbles(path: Path, res: Results, exp: Mapping[str, Any]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ref = exp.get("published_reference", {})
+    target = Case(str(ref.get("profile")), int(ref.get("devices", 0)), int(ref.get("microbatches", 0)), "free")
+    outs = [o for o in res.outcomes if o.case == target]
+    if not outs:
+        return
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    width = 0.8 / len(outs)
+    for j, o in enumerate(outs):
+        ax.bar(np.arange(target.devices) + j * width, o.bubble_ratio, width, label=o.schedule)
+    ax.set_xticks(np.arange(target.devices) + 0.4 - width / 2,
+                  [f"device {d}" for d in range(target.devices)])
+    ax.set_ylabel("bubble ratio")
+    ax.set_title(f"per-device bubbles: {target.label}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _report_md(res: Results, summary: dict) -> str:
+    lines = ["# experiment=published", ""]
+    if not res.tuner:
+        lines += [NOTE_NO_TUNER, ""]
+    lines += ["| profile | p | m | comm | schedule | makespan ms | efficiency | mean bubble |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in summary["rows"]:
+        lines.append(f"| {r['profile']} | {r['devices']} | {r['microbatches']} | {r['comm']} | "
+                     f"{r['schedule']} | {r['makespan_ms']:.1f} | "
+                     f"{r['efficiency_vs_lower_bound']:.3f} | {r['bubble_ratio_mean']:.1%} |")
+    lines += ["", "## The published tool's conventions on its quoted case", "",
+              "| schedule | ours ms | published ms | diff ms | convention |", "|---|---|---|---|---|"]
+    for c in summary["published_check"]:
+        lines.append(f"| {c['schedule']} | {c['ours_ms']:.1f} | {c['published_ms']:.1f} | "
+                     f"{c['difference_ms']:+.1f} | {c['convention']} |")
+    return "\n".join(lines) + "\n"
