@@ -1,0 +1,102 @@
+"""Plan JSON: lossless round trips, the CSV beside it, and clear errors on bad documents."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from octopipe.errors import ScheduleError
+from octopipe.plan import Plan, uniform_partition
+from octopipe.schedule.action import Action, B, F
+from octopipe.schedule.csv_io import read_csv
+from octopipe.schedule.lower import lower
+from octopipe.schedule.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file, plan_to_doc,
+                                       save_plan)
+from octopipe.schedule.table import ScheduleTable, v_placement
+
+
+def v_table(p: int, m: int) -> ScheduleTable:
+    place = v_placement(p, 2)
+    rows: list[list[Action | None]] = [[] for _ in range(p)]
+    for s in range(len(place)):
+        rows[place[s]] += [Action(s, F, i) for i in range(m)]
+    rows[0].append(None)  # an idle cell survives the round trip
+    for s in reversed(range(len(place))):
+        rows[place[s]] += [Action(s, B, i) for i in range(m)]
+    return ScheduleTable.from_rows(rows, place, m, "v")
+
+
+def chimera_2() -> ScheduleTable:
+    t = ScheduleTable.from_strings([["0F0", "1F1", "1B1", "0B0"], ["0F1", "1F0", "1B0", "0B1"]], (0, 1), 2)
+    return ScheduleTable(t.rows, (0, 1), 2, "chimera", replicas=((1, 0),), mb_replica=(0, 1))
+
+
+def make_plan(table: ScheduleTable) -> Plan:
+    costs = {str(a): 0.001 * (1 + a.stage) for _, a in table if a.kind.is_compute}
+    return Plan(uniform_partition(4 * table.n_stages + 1, table.n_stages), table, "llama-tiny", "h100x8",
+                {"seed": 3, "bubble_ratio": np.float64(0.25), "action_costs": costs})
+
+
+@pytest.mark.parametrize("table", [v_table(3, 4), chimera_2(), lower(v_table(2, 3))], ids=["v", "chimera", "lowered"])
+def test_round_trip_is_lossless(table, tmp_path):
+    plan = make_plan(table)
+    path = save_plan(plan, tmp_path / "plan.json")
+    back = load_plan(path)
+    assert back == plan
+    assert back.table == table
+    assert back.meta == {"seed": 3, "bubble_ratio": 0.25, "action_costs": plan.meta["action_costs"]}
+    assert load_schedule_file(path) == table
+
+
+def test_csv_is_written_beside_and_reads_back(tmp_path):
+    plan = make_plan(v_table(3, 2))
+    save_plan(plan, tmp_path / "out" / "plan.json", tmp_path / "out" / "schedule.csv")
+    doc = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert doc["csv"] == "schedule.csv" and doc["version"] == FORMAT_VERSION
+    assert doc["schedule"]["rows"][0][:2] == ["0F0", "0F1"]
+    assert read_csv(tmp_path / "out" / "schedule.csv", name="v") == plan.table
+    assert load_schedule_file(tmp_path / "out" / "schedule.csv", name="v") == plan.table
+
+
+def _doc(tmp_path, **changes):
+    doc = plan_to_doc(make_plan(v_table(2, 2)))
+    for k, v in changes.items():
+        if v is None:
+            del doc[k]
+        else:
+            doc[k] = v
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"version": 2}, "plan format version 2 is not supported; this OctoPipe reads version 1"),
+    ({"format": "other"}, "format 'other' is not 'octopipe.plan'"),
+    ({"placement": None}, "field 'placement' is missing"),
+    ({"n_microbatches": "4"}, "field 'n_microbatches' must be a int, got str"),
+    ({"n_devices": 3}, "n_devices is 3 but schedule.rows has 2 rows"),
+    ({"partition": [[0, 3], [4, 5], [5, 7], [7, 9]]}, r"partition stage 1 = layers \[4, 5\) is not contiguous"),
+    ({"schedule": {"name": "v", "rows": [["0F0", "0BW0"], []]}}, r"schedule.rows\[0\]\[1\] = '0BW0': legacy token"),
+    ({"placement": [0, 1, 0, 1]}, "is on device 0 but stage"),
+])
+def test_bad_documents_say_what_is_wrong(tmp_path, changes, match):
+    with pytest.raises(ScheduleError, match=match):
+        load_plan(_doc(tmp_path, **changes))
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ScheduleError, match="does not exist"):
+        load_schedule_file(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(ScheduleError, match=r"not valid JSON \(line 1, column 3"):
+        load_plan(bad)
+
+
+def test_meta_that_json_cannot_hold_is_refused(tmp_path):
+    plan = Plan(uniform_partition(4, 4), v_table(2, 1), meta={"f": object()})
+    with pytest.raises(ScheduleError, match="plan.meta.f holds a object"):
+        save_plan(plan, tmp_path / "p.json")
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "p.csv").exists()
