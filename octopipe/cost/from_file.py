@@ -555,6 +555,15 @@ def profile_from_cfg(cost_cfg: Any) -> Profile:
                       f"cost.preset=NAME; presets: {', '.join(preset_names())}")
 
 
+def profile_model(cost_cfg: Any, model: ModelSpec | None) -> ModelSpec:
+    """The ModelSpec to plan with under `cost=file`: `model` when its layer count matches the
+    profile's, otherwise the profile's own layers (`model_from_profile`)."""
+    profile = profile_from_cfg(cost_cfg)
+    if model is not None and model.n_layers == profile.n_layers:
+        return model
+    return model_from_profile(profile)
+
+
 def load_cost_file(cost_cfg: Any, model: ModelSpec | None, cluster: Any) -> CostTable:
     """`cost=file`: the CostTable of the configured profile on the cluster's device kinds.
 

@@ -215,3 +215,15 @@ def test_round_split_rounds_each_half_like_the_published_zero_bubble_baseline():
     halves = profile_times(prof, ProfileOptions("raw", 0.5, tick_ms=0.1, round_split=True))
     assert whole["b"] == pytest.approx([1.1]) and whole["i"] == pytest.approx([0.55])
     assert halves["i"] == pytest.approx([0.6]) and halves["w"] == pytest.approx([0.6])
+
+
+def test_profile_model_follows_the_profile_when_layer_counts_differ():
+    from octopipe.cost.from_file import profile_model
+    cfg = {"preset": "deepseek_16b"}
+    own = profile_model(cfg, None)
+    assert own.n_layers == 28 and own.name == "deepseek-16B"
+    assert own.layers[0].name == "D+E" and own.layers[0].kind == LayerKind.MLP
+    assert own.layers[5].kind == LayerKind.MOE and own.layers[-1].name == "M+H"
+    assert profile_model(cfg, own) is own
+    other = model_from_profile(load_preset("gpt_13b"))
+    assert profile_model(cfg, other).n_layers == 28
