@@ -1,0 +1,129 @@
+"""Seconds and bytes for a compiled program: what a partition, a CostTable and a Cluster imply.
+
+Compute: the sum of the stage's layers on the device's kind (B = I + W). Transfers:
+`latency + bytes / bandwidth` on `cluster.link(src, dst)`; a forward transfer out of stage s
+carries the output of its last layer, a backward one the gradient of stage s's input (the same
+size as the output of stage s-1). Memory: F allocates the stage's activation bytes; I frees all
+but `w_act_bytes`, W frees the rest, B frees everything. Static bytes (parameters, gradients,
+optimizer state) count once per stage a device holds in any placement, so Chimera's replicas
+count twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from octopipe.cluster import Cluster
+from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.plan import uniform_partition
+from octopipe.sim.program import FWD, Program
+
+
+@dataclass(frozen=True, eq=False)
+class Durations:
+    """Per compute node and per transfer seconds, per node memory deltas, per device limits."""
+
+    compute: np.ndarray        # [n_compute] seconds
+    transfer: np.ndarray       # [n_transfers] seconds
+    transfer_bytes: np.ndarray  # [n_transfers]
+    alloc: np.ndarray          # [n_compute] bytes allocated when the node starts
+    free: np.ndarray           # [n_compute] bytes freed when the node ends
+    static: np.ndarray         # [n_devices] bytes held all along
+    capacity: np.ndarray       # [n_devices] device memory bytes (inf when unknown)
+    peak_flops: np.ndarray     # [n_devices]
+    train_flops: float         # FLOPs of one iteration (F + B = 3 forward), 0 when unknown
+    tokens: float              # tokens of one iteration, 0 when unknown
+
+    def scaled(self, compute: np.ndarray | None = None, transfer: np.ndarray | None = None) -> "Durations":
+        """The same durations with some arrays replaced (jitter, what-if studies)."""
+        return replace(self, compute=self.compute if compute is None else compute,
+                       transfer=self.transfer if transfer is None else transfer)
+
+
+def kind_columns(cost: CostTable, cluster: Cluster, n_devices: int) -> list[int]:
+    """CostTable column of each device, matched by device-kind name."""
+    cols = []
+    for d in range(n_devices):
+        name = cluster.kind_of(d).name
+        if name in cost.kinds:
+            cols.append(cost.kinds.index(name))
+        elif len(cost.kinds) == 1:
+            cols.append(0)
+        else:
+            raise ConfigError(f"the cost table has no column for device kind {name!r} of rank {d} "
+                              f"(columns: {', '.join(cost.kinds)}); build costs for this cluster")
+    return cols
+
+
+def bind(program: Program, partition: Sequence[tuple[int, int]] | None, cost: CostTable,
+         cluster: Cluster, tokens_per_microbatch: int | None = None) -> Durations:
+    """Durations of every node of `program` for one partition, cost table and cluster."""
+    n_s, n_d = program.n_stages, program.n_devices
+    if partition is None:
+        partition = uniform_partition(cost.n_layers, n_s)
+    partition = tuple((int(a), int(b)) for a, b in partition)
+    if len(partition) != n_s:
+        raise ConfigError(f"partition has {len(partition)} stages, the table has {n_s}; give one "
+                          "layer range per stage")
+    if partition[-1][1] > cost.n_layers:
+        raise ConfigError(f"partition reaches layer {partition[-1][1]} but the cost table has "
+                          f"{cost.n_layers} layers")
+    if cluster.n_devices < n_d:
+        raise ConfigError(f"the table has {n_d} devices but cluster {cluster.name!r} has "
+                          f"{cluster.n_devices}; set pp <= {cluster.n_devices} or use a larger cluster")
+    cols = kind_columns(cost, cluster, n_d)
+    used = sorted(set(cols))
+    per_col = {k: cost.stage_costs(partition, [k] * n_s) for k in used}
+    fiwb = np.zeros((len(cost.kinds), 4, n_s))
+    for k in used:
+        sc = per_col[k]
+        fiwb[k] = (sc["f"], sc["i"], sc["w"], sc["i"] + sc["w"])
+    col_of_dev = np.asarray(cols, dtype=np.int64)
+    compute = fiwb[col_of_dev[program.c_dev], program.c_kind, program.c_stage]
+    sc0 = per_col[used[0]]
+    act, wact, static_stage = sc0["act_bytes"], sc0["w_act_bytes"], sc0["static_bytes"]
+    out_bytes = sc0["out_bytes"]
+    ks, st = program.c_kind, program.c_stage
+    alloc = np.where(ks == 0, act[st], 0.0)
+    free = np.select([ks == 1, ks == 2, ks == 3], [act[st] - wact[st], wact[st], act[st]], 0.0)
+    sender_stage = program.c_stage[program.t_producer]
+    tbytes = np.where(program.t_dir == FWD, out_bytes[sender_stage],
+                      out_bytes[np.maximum(sender_stage - 1, 0)])
+    link_time = {}
+    for a, b in program.links:
+        link = cluster.link(a, b)
+        link_time[(a, b)] = (link.latency, link.bandwidth) if link is not None else (0.0, np.inf)
+    lat = np.array([link_time[l][0] for l in program.links] or [0.0])
+    bw = np.array([link_time[l][1] for l in program.links] or [np.inf])
+    transfer = lat[program.t_link] + tbytes / bw[program.t_link] if len(tbytes) else np.zeros(0)
+    static = np.zeros(n_d)
+    for pl in program.table.all_placements():
+        for s, d in enumerate(pl):
+            static[d] += static_stage[s]
+    capacity = np.array([cluster.kind_of(d).memory_bytes for d in range(n_d)], dtype=np.float64)
+    peak = np.array([cluster.kind_of(d).peak_flops for d in range(n_d)], dtype=np.float64)
+    lo, hi = partition[0][0], partition[-1][1]
+    fwd_flops = float(cost.flops[lo:hi].sum()) if cost.flops is not None else 0.0
+    tokens = tokens_per_microbatch if tokens_per_microbatch is not None else cost.tokens_per_microbatch
+    n_m = program.n_microbatches
+    return Durations(compute=np.ascontiguousarray(compute, dtype=np.float64),
+                     transfer=np.asarray(transfer, dtype=np.float64), transfer_bytes=tbytes,
+                     alloc=alloc, free=free, static=static, capacity=capacity, peak_flops=peak,
+                     train_flops=3.0 * fwd_flops * n_m, tokens=float(tokens or 0) * n_m)
+
+
+def uniform(program: Program, f: float = 1.0, b: float = 2.0, w: float | None = None,
+            transfer: float = 0.0, act_bytes: float = 1.0) -> Durations:
+    """Equal stages: F, B (or I = b - w and W = w) seconds, a fixed transfer time (tests, bench)."""
+    k = program.c_kind
+    i_time = b - (w or 0.0)
+    compute = np.select([k == 0, k == 1, k == 2, k == 3], [f, i_time, w or 0.0, b]).astype(np.float64)
+    n_t, n_d = program.n_transfers, program.n_devices
+    alloc = np.where(k == 0, act_bytes, 0.0)
+    free = np.where((k == 1) | (k == 3), act_bytes, 0.0)
+    return Durations(compute=compute, transfer=np.full(n_t, float(transfer)), transfer_bytes=np.zeros(n_t),
+                     alloc=alloc, free=free, static=np.zeros(n_d), capacity=np.full(n_d, np.inf),
+                     peak_flops=np.zeros(n_d), train_flops=0.0, tokens=0.0)

@@ -1,0 +1,342 @@
+"""The discrete-event engine: flat lists, integer ids, one heap of (time, event) pairs.
+
+Events are `c` (compute node c ends) and `n_compute + t` (transfer t arrives). A link
+direction carries one transfer at a time, first come first served: transfers are issued in
+time order, so a transfer starts at `max(issue time, end of the link's previous transfer)`.
+Compute and communication overlap; a device runs one compute node at a time.
+
+`run_strict` executes each device's row of cells (compute, SEND, RECV; see program.py) in
+order; `run_ready_first` treats rows as a ranking and dispatches ready compute nodes. The rules
+of each communication semantics are in `octopipe.sim.deadlock`'s docstring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Sequence
+
+import numpy as np
+
+from octopipe.sim.durations import Durations
+from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, Program
+
+EAGER, RENDEZVOUS, BATCHED = "eager", "rendezvous", "batched"
+SEMANTICS = (EAGER, RENDEZVOUS, BATCHED)
+
+
+@dataclass(frozen=True, eq=False)
+class Raw:
+    """What one engine run produced; `stuck` is set (and times incomplete) on a deadlock."""
+
+    start: np.ndarray
+    end: np.ndarray
+    t_start: np.ndarray
+    t_end: np.ndarray
+    order: tuple[np.ndarray, ...]       # executed compute ids per device, in start order
+    peak_act: np.ndarray                # per device, activation bytes
+    mem_blocked: np.ndarray             # per device, seconds idle with an F held back by a limit
+    stuck: "StuckState | None" = None
+
+
+@dataclass(frozen=True, eq=False)
+class StuckState:
+    """The engine's state when no event is left but work remains (input to deadlock analysis)."""
+
+    pos: list[int]
+    c_done: list[bool]
+    send_posted: list[bool]
+    recv_posted: list[bool]
+    prod_done: list[bool]
+    arrived: list[bool]
+    recv_done: list[bool]
+    memory_blocked: list[int]           # ready_first: devices holding back a ready F
+
+
+def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
+    """Every device runs its row in order under `semantics` (eager, rendezvous or batched)."""
+    L = prog.lists()
+    n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
+    c_dev, in_t, out_t = L["c_dev"], L["c_in_transfer"], L["c_out_transfer"]
+    lp_ptr, lp_idx = L["lp_ptr"], L["lp_idx"]
+    t_src, t_dst, t_link = L["t_src"], L["t_dst"], L["t_link"]
+    rtype, rid, rgend = L["row_type"], L["row_id"], L["row_group_end"]
+    cdur, tdur = dur.compute.tolist(), dur.transfer.tolist()
+    alloc, free = dur.alloc.tolist(), dur.free.tolist()
+    eager, batched = semantics == EAGER, semantics == BATCHED
+    start = [0.0] * n_c
+    end = [-1.0] * n_c
+    t_start = [0.0] * n_t
+    t_end = [0.0] * n_t
+    send_posted = [False] * n_t
+    recv_posted = [False] * n_t
+    prod_done = [False] * n_t
+    issued = [False] * n_t
+    arrived = [False] * n_t
+    recv_done = [False] * n_t
+    link_free = [0.0] * max(1, len(prog.links))
+    pos = [0] * n_d
+    rlen = [len(r) for r in rtype]
+    busy = [False] * n_d
+    mem = [0.0] * n_d
+    peak = [0.0] * n_d
+    order: list[list[int]] = [[] for _ in range(n_d)]
+    heap: list[tuple[float, int]] = []
+
+    def issue(t: int, now: float) -> None:
+        if issued[t] or not prod_done[t] or not send_posted[t] or (not eager and not recv_posted[t]):
+            return
+        issued[t] = True
+        lk = t_link[t]
+        s = link_free[lk]
+        if now > s:
+            s = now
+        e = s + tdur[t]
+        link_free[lk] = e
+        t_start[t] = s
+        t_end[t] = e
+        heappush(heap, (e, n_c + t))
+
+    def advance(d: int, now: float, wake: list[int]) -> None:
+        """Run device d's row from its current cell until it blocks or starts a compute node."""
+        if busy[d]:
+            return
+        types, ids, gend = rtype[d], rid[d], rgend[d]
+        p = pos[d]
+        n = rlen[d]
+        while p < n:
+            ty = types[p]
+            x = ids[p]
+            if ty == CELL_COMPUTE:
+                for k in range(lp_ptr[x], lp_ptr[x + 1]):
+                    if end[lp_idx[k]] < 0.0:
+                        pos[d] = p
+                        return
+                t = in_t[x]
+                if t >= 0 and not recv_done[t]:
+                    pos[d] = p
+                    return
+                start[x] = now
+                heappush(heap, (now + cdur[x], x))
+                busy[d] = True
+                order[d].append(x)
+                m = mem[d] + alloc[x]
+                mem[d] = m
+                if m > peak[d]:
+                    peak[d] = m
+                pos[d] = p + 1
+                return
+            if batched:
+                g = gend[p]
+                done = True
+                for q in range(p, g):
+                    t = ids[q]
+                    if types[q] == CELL_SEND:
+                        send_posted[t] = True
+                    elif not recv_posted[t]:
+                        recv_posted[t] = True
+                    issue(t, now)
+                    if not arrived[t]:
+                        done = False
+                if not done:
+                    pos[d] = p
+                    return
+                for q in range(p, g):
+                    recv_done[ids[q]] = True
+                p = g
+                continue
+            if ty == CELL_SEND:
+                send_posted[x] = True
+                issue(x, now)
+                if not eager and not recv_posted[x]:
+                    pos[d] = p
+                    return
+                p += 1
+                continue
+            if not recv_posted[x]:
+                recv_posted[x] = True
+                if not eager:
+                    issue(x, now)
+                    wake.append(t_src[x])
+            if not arrived[x]:
+                pos[d] = p
+                return
+            recv_done[x] = True
+            p += 1
+        pos[d] = p
+
+    wake: list[int] = []
+    now = 0.0
+    for d in range(n_d):
+        advance(d, now, wake)
+    while wake:
+        advance(wake.pop(), now, wake)
+    while heap:
+        now, ev = heappop(heap)
+        if ev < n_c:
+            d = c_dev[ev]
+            end[ev] = now
+            busy[d] = False
+            mem[d] -= free[ev]
+            t = out_t[ev]
+            if t >= 0:
+                prod_done[t] = True
+                issue(t, now)
+            advance(d, now, wake)
+        else:
+            t = ev - n_c
+            arrived[t] = True
+            advance(t_dst[t], now, wake)
+            if batched:
+                advance(t_src[t], now, wake)
+        while wake:
+            advance(wake.pop(), now, wake)
+    stuck = None
+    if any(pos[d] < rlen[d] for d in range(n_d)) or any(e < 0.0 for e in end):
+        stuck = StuckState(pos, [e >= 0.0 for e in end], send_posted, recv_posted, prod_done,
+                           arrived, recv_done, [])
+    return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
+               tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
+               np.zeros(n_d), stuck)
+
+
+def hint_priority(prog: Program, hint: str) -> list[int]:
+    """Rank of each compute node (lower runs first): the row position, BF or BFW classes first."""
+    pos = prog.c_rowpos
+    if hint == "table":
+        return pos.tolist()
+    k = prog.c_kind
+    big = int(pos.max(initial=0)) + 1
+    if hint == "bf":
+        cls = np.where(k == 0, 1, 0)            # backward (I, B, W) before forward
+    elif hint == "bfw":
+        cls = np.select([k == 0, k == 2], [1, 2], 0)   # I/B, then F, then deferred W
+    else:
+        from octopipe.errors import ConfigError
+        raise ConfigError(f"sim.hint={hint!r} is not a hint; use table, bf or bfw")
+    return (cls * big + pos).tolist()
+
+
+def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
+                    max_inflight: Sequence[int] | None = None,
+                    mem_limit: Sequence[float] | None = None) -> Raw:
+    """An idle device runs its best-ranked ready compute node (messages are eager).
+
+    `max_inflight[d]` caps the micro-batches whose activations device d holds (an F waits while
+    F's minus finished backwards (I or B) reach it); `mem_limit[d]` caps its activation bytes.
+    """
+    key = f"prio:{hint}"
+    if key not in prog._cache:
+        prog._cache[key] = hint_priority(prog, hint)
+    prio = prog._cache[key]
+    L = prog.lists()
+    n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
+    c_dev, c_kind, in_t, out_t = L["c_dev"], L["c_kind"], L["c_in_transfer"], L["c_out_transfer"]
+    lp_ptr, ls_ptr, ls_idx = L["lp_ptr"], L["ls_ptr"], L["ls_idx"]
+    t_dst, t_link, t_cons = L["t_dst"], L["t_link"], L["t_consumer"]
+    cdur, tdur = dur.compute.tolist(), dur.transfer.tolist()
+    alloc, free = dur.alloc.tolist(), dur.free.tolist()
+    need = [lp_ptr[c + 1] - lp_ptr[c] + (1 if in_t[c] >= 0 else 0) for c in range(n_c)]
+    start = [0.0] * n_c
+    end = [-1.0] * n_c
+    t_start = [0.0] * n_t
+    t_end = [0.0] * n_t
+    link_free = [0.0] * max(1, len(prog.links))
+    busy = [False] * n_d
+    mem = [0.0] * n_d
+    peak = [0.0] * n_d
+    inflight = [0] * n_d
+    cap_n = list(max_inflight) if max_inflight is not None else None
+    cap_b = list(mem_limit) if mem_limit is not None else None
+    blocked_since = [-1.0] * n_d
+    blocked_total = [0.0] * n_d
+    order: list[list[int]] = [[] for _ in range(n_d)]
+    hf: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
+    hb: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
+    heap: list[tuple[float, int]] = []
+    for c in range(n_c):
+        if need[c] == 0:
+            heappush(hf[c_dev[c]] if c_kind[c] == 0 else hb[c_dev[c]], (prio[c], c))
+
+    def dispatch(d: int, now: float) -> None:
+        b = hb[d]
+        f = hf[d]
+        pick = -1
+        held = False
+        if f:
+            c = f[0][1]
+            if (cap_n is not None and inflight[d] >= cap_n[d]) or \
+                    (cap_b is not None and mem[d] + alloc[c] > cap_b[d]):
+                held = True
+            elif not b or f[0][0] < b[0][0]:
+                pick = heappop(f)[1]
+        if pick < 0 and b:
+            pick = heappop(b)[1]
+        if pick < 0:
+            if held and blocked_since[d] < 0.0:
+                blocked_since[d] = now
+            return
+        if blocked_since[d] >= 0.0:
+            blocked_total[d] += now - blocked_since[d]
+            blocked_since[d] = -1.0
+        busy[d] = True
+        start[pick] = now
+        order[d].append(pick)
+        if c_kind[pick] == 0:
+            inflight[d] += 1
+        m = mem[d] + alloc[pick]
+        mem[d] = m
+        if m > peak[d]:
+            peak[d] = m
+        heappush(heap, (now + cdur[pick], pick))
+
+    for d in range(n_d):
+        dispatch(d, 0.0)
+    dirty: set[int] = set()
+    while heap:
+        now = heap[0][0]
+        while heap and heap[0][0] == now:
+            _, ev = heappop(heap)
+            if ev < n_c:
+                d = c_dev[ev]
+                end[ev] = now
+                busy[d] = False
+                mem[d] -= free[ev]
+                k = c_kind[ev]
+                if k == 1 or k == 3:
+                    inflight[d] -= 1
+                dirty.add(d)
+                for j in range(ls_ptr[ev], ls_ptr[ev + 1]):
+                    s = ls_idx[j]
+                    need[s] -= 1
+                    if need[s] == 0:
+                        heappush(hf[d] if c_kind[s] == 0 else hb[d], (prio[s], s))
+                t = out_t[ev]
+                if t >= 0:
+                    lk = t_link[t]
+                    s0 = link_free[lk]
+                    if now > s0:
+                        s0 = now
+                    e = s0 + tdur[t]
+                    link_free[lk] = e
+                    t_start[t] = s0
+                    t_end[t] = e
+                    heappush(heap, (e, n_c + t))
+            else:
+                t = ev - n_c
+                c = t_cons[t]
+                need[c] -= 1
+                if need[c] == 0:
+                    d = t_dst[t]
+                    heappush(hf[d] if c_kind[c] == 0 else hb[d], (prio[c], c))
+                    dirty.add(d)
+        for d in sorted(dirty):
+            if not busy[d]:
+                dispatch(d, now)
+        dirty.clear()
+    stuck = None
+    if any(e < 0.0 for e in end):
+        held = [d for d in range(n_d) if hf[d]]
+        stuck = StuckState([len(o) for o in order], [e >= 0.0 for e in end], [], [], [], [], [], held)
+    return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
+               tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
+               np.array(blocked_total), stuck)

@@ -1,0 +1,68 @@
+"""Deadlocks under strict order: detected, reported as a cycle on the grid, never a hang."""
+from __future__ import annotations
+
+import pytest
+
+from octopipe.errors import DeadlockError
+from octopipe.schedule.table import ScheduleTable
+from octopipe.sim import Simulator, find_deadlock
+from tests.sim.conftest import gpipe_table, one_f_one_b_table
+
+# device 0 waits for the gradient before it ever sends its activation (every semantics)
+RECV_TOO_EARLY = ScheduleTable.from_strings(
+    [["0RECV_B0", "0F0", "0SEND_F0", "0B0"],
+     ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]], (0, 1), 1)
+
+# device 1 receives micro-batch 1 before 0 while device 0 sends 0 first: fine with buffered
+# sends, a deadlock when a send waits for its receive (rendezvous) or completes in a group
+RECV_REVERSED = ScheduleTable.from_strings(
+    [["0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"],
+     ["1RECV_F1", "1F1", "1RECV_F0", "1F0", "1B0", "1SEND_B0", "1B1", "1SEND_B1"]], (0, 1), 2)
+
+
+def test_eager_deadlock_is_reported_with_its_cycle():
+    for sem in ("eager", "rendezvous", "batched"):
+        dl = find_deadlock(RECV_TOO_EARLY, sem)
+        assert dl is not None and sorted(dl.devices) == [0, 1]
+    with pytest.raises(DeadlockError) as e:
+        Simulator(RECV_TOO_EARLY).uniform().run(semantics="eager")
+    text = str(e.value)
+    assert ">0RECV_B0<" in text and "device 1" in text and "1RECV_F0" in text
+
+
+def test_rendezvous_and_batched_deadlock_where_eager_runs():
+    assert find_deadlock(RECV_REVERSED, "eager") is None
+    for sem in ("rendezvous", "batched"):
+        dl = find_deadlock(RECV_REVERSED, sem)
+        assert dl is not None and sorted(dl.devices) == [0, 1]
+        with pytest.raises(DeadlockError, match="0SEND_F0"):
+            Simulator(RECV_REVERSED).uniform().run(semantics=sem)
+
+
+def test_one_f_one_b_needs_batched_sends_under_rendezvous():
+    # Megatron pairs send_forward with recv_backward for this reason
+    t = one_f_one_b_table(4, 8)
+    assert find_deadlock(t, "eager") is None
+    assert find_deadlock(t, "batched") is None
+    dl = find_deadlock(t, "rendezvous")
+    assert dl is not None and len(dl.cycle) >= 2
+    assert all(w.on_device == dl.cycle[(k + 1) % len(dl.cycle)].device for k, w in enumerate(dl.cycle))
+    assert find_deadlock(gpipe_table(4, 8), "rendezvous") is None
+
+
+def test_compute_order_against_data_is_a_self_wait():
+    t = ScheduleTable.from_strings([["1F0", "0F0", "1B0", "0B0"]], (0, 0), 1)
+    dl = find_deadlock(t, "eager")
+    assert dl is not None and dl.devices == (0,)
+    assert "needs 0F0, which comes later in this device's row" in dl.cycle[0].waits_for
+    across = ScheduleTable.from_strings([["0B0", "0F0"], ["1F0", "1B0"]], (0, 1), 1)
+    assert find_deadlock(across, "eager").devices == (0, 1)
+
+
+def test_memory_limit_deadlock_is_raised_not_looped():
+    # two stages on one device: its in-flight limit of 1 holds 0F1 while 1F0 still needs room
+    t = ScheduleTable.from_strings([["0F0", "1F0", "1B0", "0B0", "0F1", "1F1", "1B1", "0B1"]], (0, 0), 2)
+    sim = Simulator(t).uniform()
+    assert sim.run(policy="ready_first", max_inflight=2).makespan > 0
+    with pytest.raises(DeadlockError, match="in-flight"):
+        sim.run(policy="ready_first", max_inflight=1)
