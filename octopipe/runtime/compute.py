@@ -1,0 +1,161 @@
+"""What a rank does for F, I, W and B of one (stage, micro-batch): real layers or emulation.
+
+Real: F keeps each layer's input and output; B is one autograd pass over the stage; I walks
+the layers backwards computing input gradients only (graph kept) and remembers each layer's
+output gradient; W later asks autograd for that layer's parameter gradients from what I kept.
+Emulated: each action sleeps its modelled duration and produces a buffer of the modelled size,
+so that transfers are real while the CPU stays free.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.stage import StageModule, microbatch
+
+
+@dataclass
+class _Saved:
+    x_in: torch.Tensor | None
+    ios: list[tuple[torch.Tensor | None, torch.Tensor]]   # per layer: (input, output)
+    grads_out: list[torch.Tensor] = field(default_factory=list)
+
+
+class RealCompute:
+    """Runs the real layers of the stages a rank holds."""
+
+    def __init__(self, model: ModelSpec, partition, stages: tuple[int, ...], n_microbatches: int,
+                 seed: int, device: torch.device) -> None:
+        self.model, self.partition, self.m = model, partition, n_microbatches
+        self.seed, self.device = seed, device
+        self.n_stages = len(partition)
+        self.modules = {s: StageModule(model, *partition[s], seed=seed).to(device) for s in stages}
+        self.saved: dict[tuple[int, int], _Saved] = {}
+        self.iteration = 0
+        self.losses: dict[int, float] = {}
+        self._batches: dict[int, dict] = {}
+
+    def batch(self, mb: int) -> dict:
+        if mb not in self._batches:
+            self._batches[mb] = {k: v.to(self.device) for k, v in
+                                 microbatch(self.model, self.seed, self.iteration, mb).items()}
+        return self._batches[mb]
+
+    def start_iteration(self, iteration: int) -> None:
+        self.iteration, self.saved, self.losses, self._batches = iteration, {}, {}, {}
+        for mod in self.modules.values():
+            mod.zero_grad(set_to_none=True)
+
+    def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
+        if x is not None and x.is_floating_point():
+            x = x.detach().requires_grad_(True)
+        batch, ios, h = self.batch(mb), [], x
+        for layer in self.modules[stage].layers.values():
+            out = layer(h, batch)
+            ios.append((h, out))
+            h = out
+        self.saved[(stage, mb)] = _Saved(x, ios)
+        if stage == self.n_stages - 1:
+            self.losses[mb] = float(h.detach())
+        return h.detach()
+
+    def _grad_out(self, stage: int, grad: torch.Tensor | None) -> torch.Tensor:
+        if stage == self.n_stages - 1:
+            return torch.full((), 1.0 / self.m, device=self.device)
+        return grad
+
+    @staticmethod
+    def _accumulate(params, grads) -> None:
+        for p, g in zip(params, grads):
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad + g
+
+    def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        sv = self.saved.pop((stage, mb))
+        params = [p for p in self.modules[stage].parameters() if p.requires_grad]
+        wants_input = sv.x_in is not None and sv.x_in.requires_grad
+        inputs = ([sv.x_in] if wants_input else []) + params
+        grads = torch.autograd.grad(sv.ios[-1][1], inputs, self._grad_out(stage, grad), allow_unused=True)
+        self._accumulate(params, grads[1:] if wants_input else grads)
+        return grads[0] if wants_input else None
+
+    def backward_input(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        sv = self.saved[(stage, mb)]
+        g = self._grad_out(stage, grad)
+        grads_out = []
+        for inp, out in reversed(sv.ios):
+            grads_out.append(g)
+            if inp is None or not inp.requires_grad:
+                g = None
+                break
+            (g,) = torch.autograd.grad(out, inp, g, retain_graph=True)
+        sv.grads_out = grads_out[::-1]
+        return g
+
+    def backward_weight(self, stage: int, mb: int) -> None:
+        sv = self.saved.pop((stage, mb))
+        for layer, (_, out), g in zip(self.modules[stage].layers.values(), sv.ios, sv.grads_out):
+            params = [p for p in layer.parameters() if p.requires_grad]
+            if params:
+                self._accumulate(params, torch.autograd.grad(out, params, g, allow_unused=True))
+
+    def named_grads(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for mod in self.modules.values():
+            for name, p in mod.named_parameters():
+                out[name] = p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu()
+        return out
+
+    def parameters(self):
+        return [p for mod in self.modules.values() for p in mod.parameters()]
+
+
+class EmulatedCompute:
+    """Sleeps each action's modelled duration; the messages have the modelled byte sizes.
+
+    `durations[stage] = (f, i, w)` seconds; `message_elems[stage]` = float32 elements of the
+    activation the stage sends on (its gradient comes back with the same size).
+    """
+
+    def __init__(self, durations: dict[int, tuple[float, float, float]], message_elems: dict[int, int],
+                 n_stages: int, device: torch.device) -> None:
+        self.durations, self.elems, self.n_stages, self.device = durations, message_elems, n_stages, device
+        self.losses: dict[int, float] = {}
+
+    def start_iteration(self, iteration: int) -> None:
+        self.losses = {}
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while (left := end - time.perf_counter()) > 0:
+            time.sleep(left)
+
+    def _message(self, stage: int) -> torch.Tensor:
+        return torch.zeros(max(self.elems.get(stage, 1), 1), device=self.device)
+
+    def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
+        self._sleep(self.durations[stage][0])
+        if stage == self.n_stages - 1:
+            self.losses[mb] = 0.0
+        return self._message(stage)
+
+    def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        self._sleep(self.durations[stage][1] + self.durations[stage][2])
+        return self._message(stage - 1) if stage > 0 else None
+
+    def backward_input(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        self._sleep(self.durations[stage][1])
+        return self._message(stage - 1) if stage > 0 else None
+
+    def backward_weight(self, stage: int, mb: int) -> None:
+        self._sleep(self.durations[stage][2])
+
+    def named_grads(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def parameters(self):
+        return []

@@ -1,0 +1,66 @@
+"""Shared state between the launcher and its rank processes: where each rank is in its row,
+who failed, and the abort flag every waiting rank polls."""
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+
+import torch.multiprocessing as mp
+
+_FIELDS = 5   # iteration, actions done, row index of the current action, waiting, finished
+
+
+@dataclass
+class Failure:
+    rank: int
+    message: str
+    traceback: str
+    peer: bool          # a consequence of another rank's failure (lost connection, aborted)
+
+
+class Control:
+    """Created by the launcher in the spawn context and handed to every rank."""
+
+    def __init__(self, world: int, ctx=None) -> None:
+        ctx = ctx or mp.get_context("spawn")
+        self.world = world
+        self._abort = ctx.Event()
+        self._status = ctx.Array("i", [0] * (world * _FIELDS), lock=False)
+        self._errors = ctx.Queue()
+
+    # rank side -------------------------------------------------------------------------
+    def report(self, rank: int, iteration: int, done: int, row_index: int, waiting: bool) -> None:
+        base = rank * _FIELDS
+        self._status[base:base + 4] = [iteration, done, row_index, int(waiting)]
+
+    def aborted(self) -> bool:
+        return self._abort.is_set()
+
+    def finished(self, rank: int) -> None:
+        self._status[rank * _FIELDS + 4] = 1
+
+    def fail(self, rank: int, message: str, tb: str, peer: bool) -> None:
+        self._errors.put((rank, message, tb, peer))
+        self._errors.close()
+        self._errors.join_thread()
+        self.abort()
+
+    # launcher side ---------------------------------------------------------------------
+    def abort(self) -> None:
+        self._abort.set()
+
+    def status(self, rank: int) -> tuple[int, int, int, bool, bool]:
+        base = rank * _FIELDS
+        it, done, idx, waiting, fin = self._status[base:base + _FIELDS]
+        return it, done, idx, bool(waiting), bool(fin)
+
+    def snapshot(self) -> tuple[int, ...]:
+        return tuple(self._status[:])
+
+    def failures(self) -> list[Failure]:
+        out = []
+        while True:
+            try:
+                out.append(Failure(*self._errors.get_nowait()))
+            except queue.Empty:
+                return out

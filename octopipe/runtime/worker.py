@@ -1,0 +1,237 @@
+"""One pipeline rank: builds its stages, runs its row of the table, reports what happened.
+
+Dispatch `strict` runs the row in order; `ready_first` treats the row as a ranking and runs
+the first action whose inputs are present. Stages on the same rank hand tensors over in memory.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.compute import EmulatedCompute, RealCompute
+from octopipe.runtime.control import Control
+from octopipe.runtime.layers import carry_shape
+from octopipe.runtime.transport import BWD, FWD, Key, Transport
+from octopipe.schedule.action import Action, ActionKind
+from octopipe.schedule.table import ScheduleTable
+
+
+class Aborted(Exception):
+    """Another rank failed; this one stops where it is."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Injected failure for tests: at `action` on `rank`, `raise`, `exit` (SIGKILL) or `hang`."""
+
+    rank: int
+    action: str
+    kind: str = "raise"
+    iteration: int = 0
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """Everything a rank needs, picklable; identical for all ranks except `rank`."""
+
+    model: ModelSpec | None
+    partition: tuple[tuple[int, int], ...]
+    table: ScheduleTable
+    world: int
+    init_method: str
+    backend: str = "gloo"
+    dispatch: str = "ready_first"
+    compute: str = "real"
+    iterations: int = 1
+    seed: int = 0
+    lr: float = 0.0
+    durations: dict = field(default_factory=dict)          # emulated: stage -> (f, i, w) s
+    message_elems: dict = field(default_factory=dict)      # emulated: stage -> float32 elements
+    result_dir: str = ""
+    fault: Fault | None = None
+    threads: int = 1
+
+
+def owner(table: ScheduleTable, stage: int, mb: int) -> int:
+    return table.device_of(stage, mb)
+
+
+def _message_shape(job: RankJob, key: Key) -> tuple[int, ...]:
+    """Shape of the tensor travelling into `key.stage` (its input, or its output's gradient)."""
+    boundary = key.stage - 1 if key.direction == FWD else key.stage
+    if job.compute == "emulated":
+        return (max(int(job.message_elems.get(boundary, 1)), 1),)
+    return carry_shape(job.model, job.partition[boundary][1] - 1)
+
+
+def expected_messages(job: RankJob, rank: int, row: tuple[Action, ...]) -> dict[Key, tuple[int, tuple[int, ...]]]:
+    """The messages this rank consumes from other ranks in one iteration, with source and shape."""
+    n_s = job.table.n_stages
+    out = {}
+    for a in row:
+        s, m = a.stage, a.microbatch
+        if a.kind is ActionKind.F and s > 0:
+            src, key = owner(job.table, s - 1, m), Key(s, m, FWD)
+        elif a.kind in (ActionKind.B, ActionKind.I) and s < n_s - 1:
+            src, key = owner(job.table, s + 1, m), Key(s, m, BWD)
+        else:
+            continue
+        if src != rank:
+            out[key] = (src, _message_shape(job, key))
+    return out
+
+
+class Rank:
+    """The dispatcher of one rank for one iteration after another."""
+
+    def __init__(self, job: RankJob, rank: int, control: Control) -> None:
+        self.job, self.rank, self.control = job, rank, control
+        self.table = job.table
+        self.row = job.table.compact().compute_only().actions(rank)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if job.backend == "nccl" \
+            else torch.device("cpu")
+        stages = tuple(sorted({a.stage for a in self.row}))
+        if job.compute == "emulated":
+            self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
+        else:
+            self.compute = RealCompute(job.model, job.partition, stages, job.table.n_microbatches,
+                                       job.seed, self.device)
+        self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
+            if job.lr > 0 and self.compute.parameters() else None
+        self.events: list[dict] = []
+
+    # readiness -------------------------------------------------------------------------
+    def _input_key(self, a: Action) -> Key | None:
+        n_s = self.table.n_stages
+        if a.kind is ActionKind.F:
+            return Key(a.stage, a.microbatch, FWD) if a.stage > 0 else None
+        if a.kind in (ActionKind.B, ActionKind.I):
+            return Key(a.stage, a.microbatch, BWD) if a.stage < n_s - 1 else None
+        return None
+
+    def _ready(self, a: Action, done: set[Action], local: dict[Key, torch.Tensor]) -> bool:
+        if a.kind in (ActionKind.B, ActionKind.I) and Action(a.stage, ActionKind.F, a.microbatch) not in done:
+            return False
+        if a.kind is ActionKind.W and Action(a.stage, ActionKind.I, a.microbatch) not in done:
+            return False
+        key = self._input_key(a)
+        return key is None or key in local or key in self.transport.inbox.items
+
+    def _next(self, pending: list[Action], done: set[Action], local) -> Action:
+        """Block until an action may run: the row's next (strict) or the first ready (ready_first)."""
+        inbox = self.transport.inbox
+        with inbox.cv:
+            while True:
+                if inbox.error is not None:
+                    raise inbox.error
+                if self.control.aborted():
+                    raise Aborted()
+                if self.job.dispatch == "strict":
+                    if self._ready(pending[0], done, local):
+                        return pending[0]
+                else:
+                    for a in pending:
+                        if self._ready(a, done, local):
+                            return a
+                inbox.cv.wait(timeout=0.05)
+
+    # one action ------------------------------------------------------------------------
+    def _run(self, a: Action, local: dict[Key, torch.Tensor], it: int) -> None:
+        key = self._input_key(a)
+        x = None
+        if key is not None:
+            x = local.pop(key) if key in local else self.transport.inbox.pop(key)
+        s, m, n_s = a.stage, a.microbatch, self.table.n_stages
+        if a.kind is ActionKind.F:
+            out = self.compute.forward(s, m, x)
+            if s + 1 < n_s:
+                self._deliver(Key(s + 1, m, FWD), out, owner(self.table, s + 1, m), it)
+        elif a.kind is ActionKind.W:
+            self.compute.backward_weight(s, m)
+        else:
+            fn = self.compute.backward if a.kind is ActionKind.B else self.compute.backward_input
+            grad = fn(s, m, x)
+            if s > 0:
+                self._deliver(Key(s - 1, m, BWD), grad, owner(self.table, s - 1, m), it)
+
+    def _deliver(self, key: Key, tensor: torch.Tensor, dst: int, it: int) -> None:
+        if dst == self.rank:
+            self._local[key] = tensor
+        else:
+            self.transport.send(key, tensor, dst, it)
+
+    def _inject(self, a: Action, it: int) -> None:
+        f = self.job.fault
+        if f is None or f.rank != self.rank or f.action != str(a) or f.iteration != it:
+            return
+        if f.kind == "raise":
+            raise RuntimeError(f"injected fault at {a}")
+        if f.kind == "exit":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if f.kind == "hang":
+            while not self.control.aborted():
+                time.sleep(0.05)
+            raise Aborted()
+
+    def iteration(self, it: int) -> None:
+        self.transport = Transport(self.rank, self.table.n_stages, self.table.n_microbatches, self.device)
+        self.compute.start_iteration(it)
+        self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
+        self._local: dict[Key, torch.Tensor] = {}
+        dist.barrier()
+        pending, done = list(self.row), set()
+        for n in range(len(self.row)):
+            self.control.report(self.rank, it, n, self.row.index(pending[0]), waiting=True)
+            a = self._next(pending, done, self._local)
+            self.control.report(self.rank, it, n, self.row.index(a), waiting=False)
+            self._inject(a, it)
+            t0 = time.perf_counter()
+            self._run(a, self._local, it)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.events.append({"it": it, "action": str(a), "start": t0, "end": time.perf_counter()})
+            pending.remove(a)
+            done.add(a)
+        self.transport.finish_sends()
+        for key, dst, t, nbytes in self.transport.sent:
+            self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes})
+        for key, t in self.transport.inbox.arrivals.items():
+            self.events.append({"it": it, "recv": tuple(key), "end": t})
+        self.control.report(self.rank, it, len(self.row), -1, waiting=False)
+
+
+def rank_main(rank: int, job: RankJob, control: Control) -> None:
+    """Process entry point (torch.multiprocessing.spawn passes the rank first)."""
+    torch.set_num_threads(job.threads)
+    try:
+        if job.backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
+        worker = Rank(job, rank, control)
+        losses, grads = [], {}
+        for it in range(job.iterations):
+            worker.iteration(it)
+            losses.append(dict(worker.compute.losses))
+            if it == job.iterations - 1:
+                grads = worker.compute.named_grads()
+            if worker.opt is not None:
+                worker.opt.step()
+        torch.save({"losses": losses, "grads": grads, "events": worker.events},
+                   os.path.join(job.result_dir, f"rank{rank}.pt"))
+        dist.barrier()
+        control.finished(rank)
+    except Aborted:
+        control.fail(rank, "stopped because another rank failed", "", peer=True)
+        os._exit(1)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
+        control.fail(rank, f"{type(e).__name__}: {e}", traceback.format_exc(),
+                     peer=isinstance(e, ConnectionError))
+        os._exit(1)
+    os._exit(0)
