@@ -62,6 +62,24 @@ def check_overrides(argv: list[str]) -> None:
             fail(f"unknown mode {value!r}; valid: {', '.join(MODES)}")
 
 
+def check_composition(argv: list[str]) -> None:
+    """Compose the config once before Hydra runs, so that an override Hydra rejects (a key the
+    preset lacks, bad grammar) is one line and exit 2 rather than Hydra's multi-line report.
+    Skipped when flags are given (--multirun, --help, --cfg, ...): Hydra handles those itself."""
+    if any(a.startswith("-") for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            compose("config", overrides=[a for a in argv if "=" in a])
+    except Exception as e:  # Hydra's composition and grammar errors share no narrower base
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        msg = lines[0] if lines else type(e).__name__
+        if e.__cause__ is not None and str(e.__cause__).strip():
+            msg += " " + str(e.__cause__).strip().splitlines()[0]
+        fail(f"override: {msg}")
+
+
 def dispatch(cfg: DictConfig, out_dir: Path) -> dict:
     mode = str(cfg.mode)
     if mode not in MODES:
@@ -97,6 +115,7 @@ def _app(cfg: DictConfig) -> None:
 
 def main() -> None:
     check_overrides(sys.argv[1:])
+    check_composition(sys.argv[1:])
     _app()
 
 

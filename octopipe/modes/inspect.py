@@ -1,0 +1,115 @@
+"""`mode=inspect`: the model's layers and their costs on the chosen cluster's first device kind.
+
+Prints one row per layer (kind, parameters, F/I/W time, stored activations, parameter +
+gradient + optimizer memory, boundary bytes) and totals; writes `cost_table.csv` (every device
+kind) beside `summary.json`.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from octopipe.cost.table import CostTable
+from octopipe.load import load_cluster, load_costs, load_model
+from octopipe.model.params import model_params
+from octopipe.model.spec import ModelSpec
+
+MB = 1e6
+
+
+def _fmt_params(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def layer_rows(model: ModelSpec, costs: CostTable, kind: int) -> list[dict]:
+    """Per-layer figures on device-kind column `kind`, in summary.json's units."""
+    return [{"index": j, "name": x.label, "kind": x.kind.value, "params": int(costs.params[j]),
+             "flops": float(costs.flops[j]) if costs.flops is not None else 0.0,
+             "f_s": float(costs.f[j, kind]), "i_s": float(costs.i[j, kind]),
+             "w_s": float(costs.w[j, kind]), "act_bytes": float(costs.act_bytes[j]),
+             "static_bytes": float(costs.static_bytes[j]), "out_bytes": float(costs.out_bytes[j])}
+            for j, x in enumerate(model.layers)]
+
+
+def write_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
+    """Every layer × device kind: the cost table a user can open in a spreadsheet."""
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["index", "name", "kind", "device", "params", "flops", "f_s", "i_s", "w_s",
+                      "act_bytes", "w_act_bytes", "static_bytes", "out_bytes"])
+        for j, x in enumerate(model.layers):
+            for c, dev in enumerate(costs.kinds):
+                out.writerow([j, x.label, x.kind.value, dev, int(costs.params[j]),
+                              float(costs.flops[j]) if costs.flops is not None else 0.0,
+                              costs.f[j, c], costs.i[j, c], costs.w[j, c], costs.act_bytes[j],
+                              costs.w_act_bytes[j], costs.static_bytes[j], costs.out_bytes[j]])
+    tmp.replace(path)
+
+
+def run(cfg, out_dir: Path) -> dict:
+    model = load_model(cfg)
+    cluster = load_cluster(cfg)
+    costs = load_costs(cfg, model, cluster)
+    kind = cluster.device_kind[0]
+    device = cluster.kinds[kind]
+    rows = layer_rows(model, costs, kind)
+
+    table = Table(title=f"{model.name} on {cluster.name} ({device.name}, per micro-batch of "
+                        f"{model.micro_batch_size}×{model.seq_len} tokens)")
+    for col in ("#", "layer", "params", "F ms", "I ms", "W ms", "act MB", "static MB"):
+        table.add_column(col, justify="left" if col == "layer" else "right")
+    for r in rows:
+        table.add_row(str(r["index"]), r["name"], _fmt_params(r["params"]),
+                      f"{r['f_s'] * 1e3:.3f}", f"{r['i_s'] * 1e3:.3f}", f"{r['w_s'] * 1e3:.3f}",
+                      f"{r['act_bytes'] / MB:.1f}", f"{r['static_bytes'] / MB:.1f}")
+    f, i, w = (float(a[:, kind].sum()) for a in (costs.f, costs.i, costs.w))
+    act, static = float(costs.act_bytes.sum()), float(costs.static_bytes.sum())
+    params = int(costs.params.sum())
+    table.add_section()
+    table.add_row("", f"total ({model.n_layers} layers)", _fmt_params(params), f"{f * 1e3:.2f}",
+                  f"{i * 1e3:.2f}", f"{w * 1e3:.2f}", f"{act / MB:.1f}", f"{static / MB:.1f}")
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+
+    flops = float(costs.flops.sum()) if costs.flops is not None else 0.0
+    tokens = costs.tokens_per_microbatch or model.tokens_per_microbatch
+    console.print(f"params {_fmt_params(params)} (active {_fmt_params(model_params(model, True))}); "
+                  f"forward {flops / tokens / 1e9:.2f} GFLOP/token; one micro-batch F+I+W "
+                  f"{(f + i + w) * 1e3:.1f} ms on one {device.name}; whole model static "
+                  f"{static / 1e9:.1f} GB + activations {act / 1e9:.2f} GB per micro-batch vs "
+                  f"{device.memory_bytes / 1e9:.0f} GB per device")
+
+    write_csv(out_dir / "cost_table.csv", model, costs)
+    cost_cfg = cfg.get("cost") if hasattr(cfg, "get") else None
+    return {
+        "model": model.name,
+        "cluster": cluster.name,
+        "device": device.name,
+        "devices": cluster.n_devices,
+        "device_kinds": list(costs.kinds),
+        "cost_source": str(cost_cfg.get("source", "analytic")) if cost_cfg is not None else "analytic",
+        "layers": model.n_layers,
+        "layer_kinds": sorted({x.kind.value for x in model.layers}),
+        "params_total": params,
+        "params_active": model_params(model, active=True),
+        "seq_len": model.seq_len,
+        "micro_batch_size": model.micro_batch_size,
+        "tokens_per_microbatch": int(tokens),
+        "flops_per_token": flops / tokens if tokens else 0.0,
+        "flops_per_microbatch": flops,
+        "f_total_s": f,
+        "i_total_s": i,
+        "w_total_s": w,
+        "step_compute_s_per_microbatch": f + i + w,
+        "act_bytes_total": act,
+        "static_bytes_total": static,
+        "device_memory_bytes": device.memory_bytes,
+        "layer_table": rows,
+    }
