@@ -119,3 +119,20 @@ def from_list_result(problem, cand, result) -> Attribution:
     dev = np.broadcast_to(arr.dev[:, None, None], st.shape)
     return attribute(problem.n_devices, dev.ravel(), st.ravel(), en.ravel(), ready.ravel(),
                      pend.ravel(), result.makespan)
+
+
+def attribute_sim(sim) -> Attribution:
+    """Attribution of a full simulation, reusing the simulator's own bubble causes.
+
+    The simulator splits idle time into warm-up/cool-down, waiting upstream, waiting
+    downstream, waiting for a transfer and memory; the first three are dependency bubbles, of
+    which the imbalance share (max busy − busy) is reported as imbalance.
+    """
+    from octopipe.sim.result import CAUSES as SIM_CAUSES
+    bc = np.asarray(sim.bubble_causes)
+    col = {c: k for k, c in enumerate(SIM_CAUSES)}
+    busy = np.asarray(sim.busy, dtype=float)
+    dep = bc[:, col["warmup_cooldown"]] + bc[:, col["wait_upstream"]] + bc[:, col["wait_downstream"]]
+    imbalance = np.minimum(busy.max() - busy, dep)
+    return Attribution(float(sim.makespan), busy, imbalance, dep - imbalance,
+                       bc[:, col["wait_transfer"]].copy(), bc[:, col["memory"]].copy())

@@ -151,6 +151,8 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             else:
                 cur = perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))
             cur_ms = ev(cur)
+            if not math.isfinite(cur_ms):
+                cur, cur_ms = best, best_ms
         elif cur is not best:
             since_best += 1
         if on_progress is not None:

@@ -1,0 +1,108 @@
+"""Full evaluation of a plan: the communication-aware simulator, then the safety checks.
+
+The tuner ranks with its list-scheduling estimate; every plan it reports or writes is timed here
+by `octopipe.sim` (strict row order under the runtime's communication semantics) and must pass
+two checks: the simulated peak memory of every device is within its capacity, and the SMT check
+(`solvers`) proves the lowered table free of deadlock under those semantics.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from octopipe.errors import DeadlockError, OctoPipeError
+from octopipe.plan import Plan
+from octopipe.tune.attribution import Attribution, attribute_sim
+from octopipe.tune.candidate import Problem
+
+
+@dataclass
+class Evaluated:
+    """A plan with its simulated figures (or why it could not be used)."""
+
+    name: str
+    group: str                       # "uniform", "balanced" or "octopipe"
+    plan: Plan | None
+    sim: object | None = None        # octopipe.sim.result.SimResult
+    feasible: bool = False
+    note: str = ""
+    checks: dict = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.sim.makespan) if self.sim is not None else float("inf")
+
+    def attribution(self) -> Attribution:
+        return attribute_sim(self.sim)
+
+    def row(self, tokens_per_iteration: float) -> dict:
+        """Figures for tables and summary.json."""
+        if self.sim is None:
+            return {"name": self.name, "group": self.group, "feasible": False, "note": self.note}
+        s = self.sim
+        return {"name": self.name, "group": self.group, "feasible": self.feasible, "note": self.note,
+                "makespan_s": float(s.makespan),
+                "throughput_tokens_per_s": tokens_per_iteration / s.makespan if s.makespan > 0 else 0.0,
+                "bubble_ratio": float(s.bubble_ratio),
+                "peak_memory_bytes": float(np.max(s.peak_memory)),
+                "n_stages": len(self.plan.partition) if self.plan else 0}
+
+
+def simulate_plan(problem: Problem, plan: Plan):
+    """The simulator's strict-order run of `plan` under the problem's communication semantics."""
+    from octopipe.sim.simulator import simulate
+    return simulate(plan, problem.costs, problem.cluster, policy="strict", semantics=problem.semantics)
+
+
+def evaluate(problem: Problem, name: str, group: str, plan: Plan) -> Evaluated:
+    """Simulate `plan`; it is feasible when it runs without deadlock and fits every device."""
+    try:
+        sim = simulate_plan(problem, plan)
+    except DeadlockError as e:
+        return Evaluated(name, group, plan, None, False, f"deadlock: {str(e).splitlines()[0]}")
+    over = [int(d) for d in np.nonzero(np.asarray(sim.peak_memory) > problem.memory_bytes * (1 + 1e-9))[0]]
+    if over:
+        d = over[0]
+        return Evaluated(name, group, plan, sim, False,
+                         f"out of memory on device {d}: {sim.peak_memory[d] / 2**30:.1f} GiB > "
+                         f"{problem.memory_bytes[d] / 2**30:.1f} GiB")
+    return Evaluated(name, group, plan, sim, True)
+
+
+def smt_check(problem: Problem, plan: Plan, max_actions: int) -> dict:
+    """SMT deadlock-freedom of the lowered table under the problem's semantics.
+
+    Returns {"smt": "proved" | "skipped", ...}; raises DeadlockError when a deadlock is found.
+    Tables above `max_actions` compute actions are checked by the simulator's deadlock
+    detection only (the formulation grows with the table), and the report says so.
+    """
+    n = sum(1 for _ in plan.table)
+    if n > max_actions:
+        return {"smt": "skipped", "reason": f"{n} actions > tuner.smt_max_actions={max_actions}; "
+                "the simulator ran the table to completion without deadlock"}
+    from solvers import check_deadlock_free   # imported here: octopipe imports solvers only where it plans
+    t0 = time.perf_counter()
+    out = check_deadlock_free(plan.table, semantics=problem.semantics)
+    ok = getattr(out, "deadlock_free", getattr(out, "ok", out))
+    if not ok:
+        detail = getattr(out, "describe", lambda: str(out))
+        raise DeadlockError(f"SMT check: the plan deadlocks under {problem.semantics} semantics: "
+                            f"{detail() if callable(detail) else detail}")
+    return {"smt": "proved", "smt_seconds": time.perf_counter() - t0}
+
+
+def safe(problem: Problem, ev: Evaluated, max_actions: int) -> Evaluated:
+    """Run the SMT check on a feasible evaluation; a failure makes it infeasible."""
+    if not ev.feasible:
+        return ev
+    try:
+        ev.checks = smt_check(problem, ev.plan, max_actions)
+        ev.checks["memory"] = "fits"
+    except DeadlockError as e:
+        ev.feasible = False
+        ev.note = str(e).splitlines()[0]
+    except (ImportError, OctoPipeError) as e:
+        ev.checks = {"smt": "unavailable", "reason": str(e).splitlines()[0], "memory": "fits"}
+    return ev

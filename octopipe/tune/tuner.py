@@ -1,0 +1,224 @@
+"""`tune()`: OctoPipe's planner, from costs and a cluster to a checked plan.
+
+1. Baselines: the named schedules (uniform and DP-balanced partitions) through the simulator.
+2. Starting points: the ILP's partition + placement (`solvers`) and every feasible baseline.
+3. Search: iterated local search on partition, placement and schedule policy, ranked by the
+   list-scheduling estimator (`octopipe.tune.search`).
+4. Finalists: the best distinct candidates are frozen into tables and fully simulated with
+   communication; the best one that fits memory and passes the SMT deadlock check wins. The
+   starting baselines are finalists too, so the result is never worse than them.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from octopipe.cluster import Cluster
+from octopipe.cost.table import CostTable
+from octopipe.errors import InfeasibleError, OctoPipeError
+from octopipe.plan import Plan
+from octopipe.schedule.table import loop_placement
+from octopipe.tune.attribution import Attribution
+from octopipe.tune.baselines import as_candidate, run_baselines
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.evaluate import Evaluated, evaluate, safe
+from octopipe.tune.freeze import to_plan
+from octopipe.tune.search import SearchConfig, search
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """conf/tuner/*.yaml: search budget plus the finalist and safety settings."""
+
+    search: SearchConfig = SearchConfig()
+    finalists: int = 6             # distinct best candidates fully simulated at the end
+    smt_max_actions: int = 4096    # larger tables rely on the simulator's deadlock detection
+    ilp: bool = True               # start from the ILP partition + placement
+
+    @classmethod
+    def from_cfg(cls, cfg: Any | None) -> "TunerConfig":
+        if cfg is None:
+            return cls()
+        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+        return cls(SearchConfig.from_cfg(cfg), int(get("finalists", 6)),
+                   int(get("smt_max_actions", 4096)), bool(get("ilp", True)))
+
+
+@dataclass
+class TuneResult:
+    """What `tune` found: the checked plan, its simulation, and how it compares."""
+
+    plan: Plan
+    sim_result: Any                       # octopipe.sim.result.SimResult of `plan`
+    evaluated: Evaluated
+    history: list[dict]
+    baselines: list[Evaluated]
+    tuner_seconds: float
+    lower_bound_s: float
+    tokens_per_iteration: float
+    search_stats: dict = field(default_factory=dict)
+    ilp: dict = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.sim_result.makespan)
+
+    @property
+    def attribution(self) -> Attribution:
+        return self.evaluated.attribution()
+
+    def best_baseline(self, group: str | None = None) -> Evaluated | None:
+        ok = [b for b in self.baselines if b.feasible and (group is None or b.group == group)]
+        return min(ok, key=lambda b: b.makespan_s) if ok else None
+
+    def speedup_vs(self, ev: Evaluated | None) -> float | None:
+        return None if ev is None else ev.makespan_s / self.makespan_s
+
+    def summary(self) -> dict:
+        """The summary.json figures (snake_case, units in the names)."""
+        s = self.sim_result
+        best = self.best_baseline()
+        bu, bb = self.best_baseline("uniform"), self.best_baseline("balanced")
+        out = {
+            "makespan_s": self.makespan_s,
+            "throughput_tokens_per_s": self.tokens_per_iteration / self.makespan_s,
+            "bubble_ratio": float(s.bubble_ratio),
+            "peak_memory_bytes": float(max(s.peak_memory)),
+            "device_peak_memory_bytes": [float(x) for x in s.peak_memory],
+            "lower_bound_s": self.lower_bound_s,
+            "efficiency_vs_lower_bound": self.lower_bound_s / self.makespan_s,
+            "tuner_seconds": self.tuner_seconds,
+            "best_baseline": best.name if best else None,
+            "speedup_vs_best_baseline": self.speedup_vs(best),
+            "best_uniform_baseline": bu.name if bu else None,
+            "speedup_vs_best_uniform": self.speedup_vs(bu),
+            "best_balanced_baseline": bb.name if bb else None,
+            "speedup_vs_best_balanced": self.speedup_vs(bb),
+            "n_stages": len(self.plan.partition),
+            "partition_sizes": [hi - lo for lo, hi in self.plan.partition],
+            "placement": list(self.plan.placement),
+            "plan_origin": self.plan.meta.get("origin", ""),
+            "bubble_causes_s": self.attribution.totals(),
+            "checks": self.evaluated.checks,
+            "search": self.search_stats,
+        }
+        for b in self.baselines:
+            key = "".join(ch if ch.isalnum() else "_" for ch in b.name.lower()).strip("_")
+            while "__" in key:
+                key = key.replace("__", "_")
+            out[f"speedup_vs_{key}"] = self.speedup_vs(b) if b.feasible else None
+        return out
+
+
+def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[list[Candidate], dict]:
+    """The joint partition + placement ILP (solvers) as starting candidates."""
+    from solvers.backend import SolverConfig
+    from solvers.placement_ilp import solve_partition_placement
+    scfg = solver_cfg if isinstance(solver_cfg, SolverConfig) else SolverConfig.from_cfg(solver_cfg)
+    scfg = replace(scfg, time_limit_s=max(1.0, min(scfg.time_limit_s, time_limit)))
+    D, L = problem.n_devices, problem.n_layers
+    chunks = 2 if 2 * D <= L else 1
+    t0 = time.perf_counter()
+    res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
+                                    schedule_name="zbv" if chunks == 2 else "zbh1",
+                                    n_microbatches=problem.n_microbatches, chunks=chunks,
+                                    solver_cfg=scfg)
+    info = {"method": res.method, "status": res.status, "objective_s": res.objective,
+            "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
+            "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition)}
+    if not res.partition:
+        return [], info
+    sizes = tuple(hi - lo for lo, hi in res.partition)
+    cands = [Candidate(sizes, tuple(res.placement), split, infl, origin="ILP")
+             for split in (True, False) for infl in (1.0, 2.0, math.inf)]
+    return cands, info
+
+
+def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int, *,
+         tuner_cfg: Any = None, solver_cfg: Any = None, semantics: str = "eager", seed: int = 0,
+         model: str = "", baselines: bool = True, starts: Sequence[Candidate] = (),
+         progress: bool = False) -> TuneResult:
+    """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
+
+    tuner_cfg: conf/tuner (time_budget_s, max_iters, patience, candidates_per_iter, finalists,
+    smt_max_actions, ilp); solver_cfg: conf/solver for the ILP start; semantics: the runtime's
+    communication semantics (eager, rendezvous, batched) used by the simulator and the SMT check.
+    Raises InfeasibleError when no plan fits memory.
+    """
+    t0 = time.perf_counter()
+    cfg = TunerConfig.from_cfg(tuner_cfg)
+    problem = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
+    base = run_baselines(problem, model) if baselines else []
+    start_cands = [as_candidate(b) for b in base if b.feasible] + list(starts)
+    ilp_info: dict = {}
+    if cfg.ilp:
+        try:
+            ilp_cands, ilp_info = _ilp_starts(problem, solver_cfg, 0.2 * cfg.search.time_budget_s)
+            start_cands = ilp_cands + start_cands
+        except (OctoPipeError, ImportError) as e:
+            ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
+    spent = time.perf_counter() - t0
+    budget = max(0.5, cfg.search.time_budget_s - spent) * 0.8
+    scfg = replace(cfg.search, time_budget_s=budget)
+    with _progress(progress, budget) as update:
+        outcome = search(problem, start_cands, scfg, seed, on_progress=update,
+                         pool_size=max(cfg.finalists * 3, 8))
+    finals: list[Evaluated] = []
+    seen_tables = set()
+    for est, cand in outcome.pool:
+        if len(finals) >= cfg.finalists:
+            break
+        plan = to_plan(problem, cand, model=model,
+                       meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
+                             "candidate": cand.describe()})
+        key = (plan.partition, plan.table.rows)
+        if key in seen_tables:
+            continue
+        seen_tables.add(key)
+        finals.append(evaluate(problem, "OctoPipe", "octopipe", plan))
+    for b in base:      # never worse than a starting point: baselines compete as plans too
+        if b.feasible:
+            plan = replace(b.plan, meta={**b.plan.meta, "origin": f"baseline {b.name} (not improved)"})
+            finals.append(Evaluated("OctoPipe", "octopipe", plan, b.sim, True))
+    finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
+    chosen = None
+    for ev in finals:
+        if not ev.feasible:
+            break
+        ev = safe(problem, ev, cfg.smt_max_actions)
+        if ev.feasible:
+            chosen = ev
+            break
+    if chosen is None:
+        notes = "; ".join(sorted({e.note for e in finals if e.note})) or "no candidate completed"
+        raise InfeasibleError(f"no plan for {n_devices} devices × {n_microbatches} micro-batches "
+                              f"passes the checks ({notes}); try more devices or fewer micro-batches")
+    tokens = problem.n_microbatches * float(costs.tokens_per_microbatch)
+    stats = {"evaluations": outcome.evaluations, "iterations": outcome.iterations,
+             "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
+             "search_budget_s": budget}
+    return TuneResult(chosen.plan, chosen.sim, chosen, outcome.history, base,
+                      time.perf_counter() - t0, problem.lower_bound(), tokens, stats, ilp_info)
+
+
+def _progress(show: bool, budget: float):
+    if not show:
+        return nullcontext(None)
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        with Progress(TextColumn("[bold]tuning[/]"), BarColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), transient=True) as prog:
+            task = prog.add_task("", total=budget)
+
+            def update(elapsed: float, best: float, it: int) -> None:
+                prog.update(task, completed=min(elapsed, budget),
+                            description=f"best {best * 1e3:.1f} ms · iter {it}")
+            yield update
+    return bar()
