@@ -137,10 +137,11 @@ class IdealizedTable:
         k = self.actions.index(action)
         return float(self.start[k]), float(self.end[k])
 
-    def rows(self) -> Iterator[tuple[str, str, float, float]]:
-        """(row label, action text, start, end) per action, the input of `render.gantt_png`."""
+    def rows(self) -> Iterator[tuple[str, str, float, float, str]]:
+        """(lane label, kind, start, end, action text) per action: `render.gantt_png`'s bars."""
         for k, a in enumerate(self.actions):
-            yield f"dev {int(self.device[k])}", str(a), float(self.start[k]), float(self.end[k])
+            yield (f"dev {int(self.device[k])}", a.kind.value, float(self.start[k]),
+                   float(self.end[k]), str(a))
 
     def slot_grid(self) -> ScheduleTable:
         """A time-aligned table: each action in its start slot, every other slot empty.

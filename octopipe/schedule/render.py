@@ -1,0 +1,245 @@
+"""Pictures of schedules: a coloured terminal grid, a PNG Gantt chart, a Chrome/Perfetto trace.
+
+The Gantt chart and the trace are generic over timed bars so that any timing (the idealized
+table here, a simulation elsewhere) can reuse them:
+
+- `gantt_png(path, bars, title)` draws `bars`, an iterable of `Bar(label, kind, start, end,
+  text)` (plain tuples of 4 or 5 items work too): one horizontal lane per distinct `label` in
+  order of first appearance, the colour from `kind` (an ActionKind name such as ``F`` or
+  ``SEND_B``, or any other string, which gets a stable colour of its own), `text` written inside
+  the bar when it fits.
+- `chrome_trace(bars, unit_us)` returns the Chrome trace-event document (open it in
+  ui.perfetto.dev or chrome://tracing): a thread per label, a complete event ("ph": "X") per bar
+  with its kind as category; `unit_us` is the length of one time unit in microseconds (1e6 for
+  seconds; `IDEALIZED_SLOT_US` for idealized slots, shown as milliseconds).
+
+`idealized_bars(it)` turns an `IdealizedTable` into such bars.
+"""
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from octopipe.errors import ScheduleError
+from octopipe.schedule.action import Action, ActionKind
+from octopipe.schedule.idealized import IdealizedTable
+from octopipe.schedule.table import ScheduleTable
+
+IDEALIZED_SLOT_US = 1000.0
+
+# colour per kind, (terminal style, matplotlib colour); the second chunk of a device is darker
+_KIND_STYLE: dict[str, tuple[str, str]] = {
+    "F": ("bold white on blue", "#4C78A8"),
+    "B": ("bold white on green", "#54A24B"),
+    "I": ("bold black on yellow", "#ECA82C"),
+    "W": ("bold white on magenta", "#B279A2"),
+    "SEND_F": ("cyan", "#9ecae9"),
+    "RECV_F": ("cyan", "#c6dbef"),
+    "SEND_B": ("bright_green", "#a1d99b"),
+    "RECV_B": ("bright_green", "#c7e9c0"),
+}
+_CHUNK_STYLE = ("bold white on dark_blue", "bold white on dark_green", "bold black on dark_orange",
+                "bold white on purple4")
+_EXTRA_COLOURS = ("#E45756", "#72B7B2", "#FF9DA6", "#9D755D", "#BAB0AC", "#F58518", "#EECA3B")
+
+
+class Bar(NamedTuple):
+    """One timed bar: lane label, colour key, start and end (same unit), text inside."""
+
+    label: str
+    kind: str
+    start: float
+    end: float
+    text: str = ""
+
+
+def kind_colour(kind: str) -> str:
+    """The matplotlib colour of a kind; unknown kinds get a stable colour from their name."""
+    if kind in _KIND_STYLE:
+        return _KIND_STYLE[kind][1]
+    return _EXTRA_COLOURS[zlib.crc32(kind.encode()) % len(_EXTRA_COLOURS)]
+
+
+def _cell(a: Action | None, chunk: int, letters: bool) -> Text:
+    if a is None:
+        return Text(" · ", style="dim")
+    if a.kind.is_comm:
+        arrow = "›" if a.kind.value.startswith("SEND") else "‹"
+        tag = a.kind.value[-1] if letters else ""
+        return Text(f"{arrow}{tag}{a.microbatch}", style=_KIND_STYLE[a.kind.value][0])
+    style = _KIND_STYLE[a.kind.value][0]
+    if chunk % 2 == 1:
+        style = {"F": _CHUNK_STYLE[0], "B": _CHUNK_STYLE[1], "I": _CHUNK_STYLE[2],
+                 "W": _CHUNK_STYLE[3]}[a.kind.value]
+    text = f"{a.kind.value}{a.microbatch}" if letters else str(a.microbatch)
+    return Text(f"{text:^3}", style=style)
+
+
+def _grid_rows(table: ScheduleTable, slots: IdealizedTable | None) -> list[list[Action | None]]:
+    if slots is None:
+        return [list(r) for r in table.rows]
+    length = int(round(slots.makespan))
+    rows: list[list[Action | None]] = [[None] * length for _ in range(slots.n_devices)]
+    for k, a in enumerate(slots.actions):
+        for t in range(int(round(slots.start[k])), int(round(slots.end[k]))):
+            rows[int(slots.device[k])][t] = a
+    return rows
+
+
+def grid_renderable(table: ScheduleTable, slots: IdealizedTable | None = None, lo: int = 0,
+                    hi: int | None = None, letters: bool = False) -> Table:
+    """A rich table of columns `lo..hi-1`: a row per device, a cell per action (or per unit slot
+    if `slots` is given), coloured by kind with the micro-batch number inside; a device's second
+    chunk is darker. `letters` prefixes the kind (``F3``) for output without colour."""
+    rows = _grid_rows(table, slots)
+    chunk_of = {}
+    for d in range(table.n_devices):
+        local = sorted({s for _, s in table.replica_stages_of(d)})
+        chunk_of.update({(d, s): c for c, s in enumerate(local)})
+    longest = max((len(r) for r in rows), default=0)
+    hi = longest if hi is None else min(hi, longest)
+    grid = Table(show_header=True, header_style="dim", box=None, pad_edge=False, padding=(0, 0))
+    grid.add_column("", justify="right", no_wrap=True, min_width=7)
+    for c in range(lo, hi):
+        grid.add_column(str(c) if c % 5 == 0 else "", justify="center", no_wrap=True,
+                        min_width=4 if letters else 3)
+    for d, row in enumerate(rows):
+        cells = [_cell(row[c], chunk_of.get((d, row[c].stage), 0) if row[c] else 0, letters)
+                 if c < len(row) else Text("") for c in range(lo, hi)]
+        grid.add_row(Text(f"dev {d} "), *cells)
+    return grid
+
+
+def legend() -> Text:
+    out = Text("legend: ")
+    for kind in ("F", "I", "W", "B"):
+        out.append(f" {kind} ", style=_KIND_STYLE[kind][0])
+        out.append(" ")
+    out.append(" ›m send ", style="cyan")
+    out.append(" ‹m recv ", style="cyan")
+    out.append("  darker = second chunk on the device; numbers are micro-batches", style="dim")
+    return out
+
+
+def print_grid(table: ScheduleTable, slots: IdealizedTable | None = None,
+               console: Console | None = None, title: str | None = None, letters: bool = False) -> None:
+    """Print the coloured grid in blocks of columns that fit the console, then the legend."""
+    console = console or Console()
+    if title:
+        console.print(Text(title, style="bold"))
+    longest = max((len(r) for r in _grid_rows(table, slots)), default=0)
+    per_block = max(1, (console.width - 8) // (4 if letters else 3))
+    for lo in range(0, max(longest, 1), per_block):
+        console.print(grid_renderable(table, slots, lo, lo + per_block, letters))
+    console.print(legend())
+
+
+def grid_text(table: ScheduleTable, slots: IdealizedTable | None = None, width: int = 100) -> str:
+    """The grid as plain text with kind letters (``F3``, ``›F3`` for a send), e.g. for logs."""
+    console = Console(record=True, width=width, color_system=None, file=io.StringIO())
+    print_grid(table, slots, console, letters=True)
+    return console.export_text()
+
+
+def _bars(bars: Iterable[Sequence]) -> list[Bar]:
+    out = []
+    for b in bars:
+        if not 4 <= len(b) <= 5:
+            raise ScheduleError(f"a bar is (label, kind, start, end[, text]); got {tuple(b)!r}")
+        bar = Bar(str(b[0]), str(b[1]), float(b[2]), float(b[3]), str(b[4]) if len(b) == 5 else "")
+        if not bar.end >= bar.start:
+            raise ScheduleError(f"bar {bar.text or bar.kind} on {bar.label!r} ends at {bar.end} "
+                                f"before it starts at {bar.start}")
+        out.append(bar)
+    return out
+
+
+def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
+              time_label: str = "time", dpi: int = 110) -> Path:
+    """Draw bars as a Gantt chart (Agg backend, no display) and save a PNG at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    items = _bars(bars)
+    if not items:
+        raise ScheduleError("gantt_png needs at least one bar")
+    lanes: dict[str, int] = {}
+    for b in items:
+        lanes.setdefault(b.label, len(lanes))
+    span = max(b.end for b in items) - min(b.start for b in items) or 1.0
+    fig, ax = plt.subplots(figsize=(min(4 + 0.12 * len(items) / max(1, len(lanes)) * 3, 24),
+                                    1 + 0.45 * len(lanes)))
+    try:
+        for b in items:
+            y = lanes[b.label]
+            ax.barh(y, b.end - b.start, left=b.start, height=0.8, color=kind_colour(b.kind),
+                    edgecolor="black", linewidth=0.3)
+            if b.text and (b.end - b.start) / span > 0.012 * max(1, len(b.text)) / 2:
+                ax.text((b.start + b.end) / 2, y, b.text, ha="center", va="center", fontsize=6)
+        ax.set_yticks(range(len(lanes)), list(lanes))
+        ax.invert_yaxis()
+        ax.set_xlabel(time_label)
+        if title:
+            ax.set_title(title)
+        kinds = list(dict.fromkeys(b.kind for b in items))
+        ax.legend(handles=[Patch(color=kind_colour(k), label=k) for k in kinds], loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def chrome_trace(bars: Iterable[Sequence], unit_us: float = 1e6, process: str = "octopipe") -> dict:
+    """The Chrome trace-event document of `bars` (times multiplied by `unit_us` → µs)."""
+    items = _bars(bars)
+    lanes: dict[str, int] = {}
+    for b in items:
+        lanes.setdefault(b.label, len(lanes))
+    events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": process}}]
+    events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": t, "args": {"name": label}}
+               for label, t in lanes.items()]
+    events += [{"name": b.text or b.kind, "cat": b.kind, "ph": "X", "pid": 0, "tid": lanes[b.label],
+                "ts": b.start * unit_us, "dur": (b.end - b.start) * unit_us}
+               for b in items]
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_trace(path: str | Path, trace: dict) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def idealized_bars(it: IdealizedTable) -> list[Bar]:
+    """A bar per compute action of an idealized table, lanes `dev 0`, `dev 1`, …"""
+    return [Bar(*row) for row in it.rows()]
+
+
+def idealized_gantt(path: str | Path, it: IdealizedTable, title: str | None = None) -> Path:
+    """The PNG Gantt chart of an idealized table (time in slots)."""
+    title = title or (f"{it.table.name}: {it.makespan:g} slots, bubble {it.bubble_ratio:.1%} "
+                      f"(F:I:W = {it.costs.f:g}:{it.costs.i:g}:{it.costs.w:g})")
+    return gantt_png(path, idealized_bars(it), title, time_label="slot")
+
+
+def idealized_trace(it: IdealizedTable) -> dict:
+    """The Chrome trace of an idealized table, one slot shown as one millisecond."""
+    return chrome_trace(idealized_bars(it), IDEALIZED_SLOT_US, process=f"{it.table.name} (idealized)")
+
+
+__all__ = ["Bar", "kind_colour", "grid_renderable", "print_grid", "grid_text", "legend", "gantt_png",
+           "chrome_trace", "write_trace", "idealized_bars", "idealized_gantt", "idealized_trace",
+           "IDEALIZED_SLOT_US", "ActionKind"]
