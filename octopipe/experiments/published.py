@@ -173,14 +173,8 @@ def schedule_table(name: str, n_devices: int, n_microbatches: int, chunks: int) 
 
 def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
     """Strict, eager-communication simulation of a plan: its makespan in seconds."""
-    from octopipe.sim.durations import bind
-    from octopipe.sim.engine import run_strict
-    from octopipe.sim.program import compile_table
-    program = compile_table(plan.table)
-    raw = run_strict(program, bind(program, plan.partition, costs, cluster))
-    if raw.stuck is not None:
-        raise ConfigError(f"plan {plan.table.name!r} deadlocks in the simulator")
-    return float(np.max(raw.end))
+    from octopipe.sim import simulate
+    return float(simulate(plan, costs, cluster).makespan)
 
 
 def tuner_available() -> bool:
@@ -191,21 +185,19 @@ def tuner_available() -> bool:
     return True
 
 
-def run_octopipe_tuner(costs: CostTable, cluster: Cluster, n_microbatches: int,
-                       tuner_cfg: Mapping[str, Any], seed: int) -> tuple[Plan, float] | None:
-    """The OctoPipe plan for one case and the tuner's wall-clock seconds; None without a tuner.
+def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: Mapping[str, Any],
+                       solver_cfg: Mapping[str, Any], seed: int) -> tuple[Plan, float] | None:
+    """The OctoPipe plan for one case and the tuner's seconds; None when no tuner is installed.
 
-    This is the experiment's only call into `octopipe.tune`: `tune(costs, cluster,
-    n_microbatches, config=..., seed=...)` returning a Plan (or a result whose `.plan` is one).
+    The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
+    n_microbatches, ...)`, whose result carries `.plan` and `.tuner_seconds`.
     """
     if not tuner_available():
         return None
     from octopipe.tune import tune
-    t0 = time.perf_counter()
-    result = tune(costs, cluster, n_microbatches, config=dict(tuner_cfg), seed=seed)
-    seconds = time.perf_counter() - t0
-    plan = result if isinstance(result, Plan) else result.plan
-    return plan, seconds
+    result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=dict(tuner_cfg),
+                  solver_cfg=dict(solver_cfg), seed=seed, model=case.profile)
+    return result.plan, float(result.tuner_seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,16 +297,21 @@ def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
     n = costs.n_layers
     v = n // p
     rows = [CheckRow("lower_bound", lower_bound_s(costs, p, m) * 1e3, float(ref["lower_bound_ms"]),
-                     "total F + B over the devices, 0.1 ms ticks")]
+                     "total F + B over the devices, times rounded up to the tick")]
     s1 = Plan(uniform_partition(n, p), table_of("1f1b", p, m, 1))
     rows.append(CheckRow("s1f1b", simulate(s1, costs, cluster) * 1e3, float(ref["s1f1b_ms"]),
-                         f"{n // p} layers per stage"))
+                         f"{n // p} layers per stage (the published makespan counts one more "
+                         "tick)"))
     il = Plan(uniform_partition(n, p * v), table_of("interleaved", p, m, v))
     rows.append(CheckRow("interleaved", simulate(il, costs, cluster) * 1e3,
-                         float(ref["interleaved_ms"]), f"chunks = {v}, one layer per virtual stage"))
+                         float(ref["interleaved_ms"]),
+                         f"chunks = {v}, one layer per virtual stage; data dependencies only (the "
+                         "published simulator also holds a steady-state F until the next device "
+                         "has finished more B and its last op was a B)"))
     zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
     rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref["zbh_ms"]),
-                         "I and W each rounded up to the tick"))
+                         "uniform stages, I and W each rounded up to the tick (one tick short, as "
+                         "s1f1b)"))
     return rows
 
 
@@ -332,11 +329,18 @@ class Results:
     outcomes: list[Outcome] = field(default_factory=list)
     check: list[CheckRow] = field(default_factory=list)
     tuner: bool = False
+    note: str = ""
 
 
 def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapping[str, Any],
-              seed: int, progress: Callable[[str], None] = lambda s: None) -> Results:
+              solver_cfg: Mapping[str, Any], seed: int,
+              progress: Callable[[str], None] = lambda s: None) -> Results:
     res = Results(tuner=bool(exp.get("tuner", True)) and tuner_available())
+    if not exp.get("tuner", True):
+        res.note = "experiment.tuner=false: baselines only, no OctoPipe plan and no speedups."
+    elif not res.tuner:
+        res.note = ("octopipe.tune.tune is not available in this build: baselines only, no "
+                    "OctoPipe plan and no speedups.")
     chunks = int(exp["interleaved_chunks"])
     names = tuple(exp.get("baselines") or BASELINES)
     for case in cases(exp):
@@ -348,7 +352,7 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
             res.outcomes.append(evaluate(case, name, plan, costs, cluster))
         if res.tuner:
-            tuned = run_octopipe_tuner(costs, cluster, case.microbatches, tuner_cfg, seed)
+            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed)
             if tuned is not None:
                 plan, seconds = tuned
                 res.outcomes.append(evaluate(case, "octopipe", plan, costs, cluster, tuner_s=seconds))
@@ -365,8 +369,9 @@ def run(cfg: Any, out_dir: Path) -> dict:
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     cost_opts = ProfileOptions.from_cfg(cfg.cost)
     tuner_cfg = OmegaConf.to_container(cfg.tuner, resolve=True) if "tuner" in cfg else {}
-    console = Console()
-    res = run_cases(exp, cost_opts, tuner_cfg, int(cfg.get("seed", 0)),
+    solver_cfg = OmegaConf.to_container(cfg.solver, resolve=True) if "solver" in cfg else {}
+    console = Console(width=max(Console().width, 132))
+    res = run_cases(exp, cost_opts, tuner_cfg, solver_cfg, int(cfg.get("seed", 0)),
                     progress=lambda s: console.print(f"[dim]case {s}[/dim]"))
     res.check = published_check(exp["published_reference"], cost_opts)
     summary = report.summarize(res, exp)

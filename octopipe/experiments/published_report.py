@@ -10,8 +10,6 @@ import numpy as np
 
 from octopipe.experiments.published import Case, Outcome, Results, speedups
 
-NOTE_NO_TUNER = ("octopipe.tune.tune is not available in this build: the OctoPipe-plan column "
-                 "is empty and no speedup is reported.")
 
 
 def _by_case(outcomes: Sequence[Outcome]) -> dict[Case, list[Outcome]]:
@@ -46,7 +44,7 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "experiment": "published",
         "n_cases": len(per_case),
-        "tuner_available": res.tuner,
+        "tuner_used": res.tuner,
         "rows": rows,
         "mean_efficiency_vs_lower_bound": eff,
         "published_check": [{"schedule": c.schedule, "ours_ms": c.ours_ms,
@@ -55,7 +53,7 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
     }
     ours = [o for o in res.outcomes if o.schedule == "octopipe"]
     if not ours:
-        summary["note"] = NOTE_NO_TUNER
+        summary["note"] = res.note
         return summary
     sp = {c: speedups(outs) for c, outs in per_case.items() if any(o.schedule == "octopipe" for o in outs)}
     summary["geomean_speedup_vs_best_baseline"] = {
@@ -87,29 +85,35 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _short(name: str) -> str:
+    return {"nemotron_nano_v2_9b": "nemotron-9b", "gpt_oss_20b": "gpt-oss-20b",
+            "deepseek_16b": "deepseek-16b", "gpt_13b": "gpt-13b"}.get(name, name)
+
+
 def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
     from rich.table import Table
-    t = Table(title="experiment=published: makespan (ms) · efficiency vs lower bound · mean bubble")
-    for col in ("profile", "p", "m", "comm", "schedule", "makespan ms", "eff", "bubble",
-                "bubble per device", "tuner s"):
-        t.add_column(col, justify="right" if col not in ("profile", "comm", "schedule") else "left")
+    t = Table(title="experiment=published: makespan, efficiency vs lower bound, bubbles")
+    for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "bubble", "per device %",
+                "tuner s"):
+        t.add_column(col, justify="left" if col in ("model", "comm", "schedule") else "right")
     for case, outs in _by_case(res.outcomes).items():
         for o in outs:
-            t.add_row(case.profile, str(case.devices), str(case.microbatches), case.comm,
+            t.add_row(_short(case.profile), str(case.devices), str(case.microbatches), case.comm,
                       o.schedule, f"{o.makespan_s * 1e3:.1f}", f"{o.efficiency:.3f}",
                       f"{o.bubble_ratio.mean():.1%}",
-                      " ".join(f"{x:.0%}" for x in o.bubble_ratio),
+                      "/".join(f"{100 * x:.0f}" for x in o.bubble_ratio),
                       "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
+        t.add_section()
     console.print(t)
-    c = Table(title="published-tool conventions on the issue's case (comm free)")
+    c = Table(title="the published tool's baseline conventions on its quoted case (comm free)")
     for col in ("schedule", "ours ms", "published ms", "diff ms", "convention"):
         c.add_column(col)
     for r in res.check:
         c.add_row(r.schedule, f"{r.ours_ms:.1f}", f"{r.published_ms:.1f}",
                   f"{r.difference_ms:+.1f}", r.convention)
     console.print(c)
-    if not res.tuner:
-        console.print(f"[yellow]{NOTE_NO_TUNER}[/yellow]")
+    if res.note:
+        console.print(f"[yellow]{res.note}[/yellow]")
 
 
 def write_artifacts(out_dir: Path, res: Results, exp: Mapping[str, Any], summary: dict) -> None:
@@ -184,8 +188,8 @@ def _plot_bubbles(path: Path, res: Results, exp: Mapping[str, Any]) -> None:
 
 def _report_md(res: Results, summary: dict) -> str:
     lines = ["# experiment=published", ""]
-    if not res.tuner:
-        lines += [NOTE_NO_TUNER, ""]
+    if res.note:
+        lines += [res.note, ""]
     lines += ["| profile | p | m | comm | schedule | makespan ms | efficiency | mean bubble |",
               "|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
