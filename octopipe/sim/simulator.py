@@ -9,6 +9,8 @@ what ran into a table that `strict` reproduces.
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from typing import Sequence
 
 import numpy as np
@@ -26,6 +28,19 @@ from octopipe.sim.result import SimResult
 from octopipe.sim.variability import Jitter, MonteCarlo
 
 POLICIES = ("strict", "ready_first")
+
+
+@contextmanager
+def _no_gc():
+    """The engine allocates only acyclic tuples and lists: pausing the cyclic collector keeps
+    its cost from growing with the live heap (run time stays linear in the actions)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 HINTS = ("table", "bf", "bfw")
 
 
@@ -71,7 +86,8 @@ class Simulator:
         if dur is None:
             raise ConfigError("no durations: pass cost= and cluster= to Simulator, or call .uniform()")
         if policy == "strict":
-            return run_strict(self.program, dur, semantics)
+            with _no_gc():
+                return run_strict(self.program, dur, semantics)
         n_d = self.program.n_devices
         caps = None
         if max_inflight is not None:
@@ -81,7 +97,8 @@ class Simulator:
         mem = None
         if memory_limit is not False and memory_limit is not None:
             mem = (dur.capacity - dur.static).tolist() if memory_limit is True else list(memory_limit)
-        return run_ready_first(self.program, dur, hint, caps, mem)
+        with _no_gc():
+            return run_ready_first(self.program, dur, hint, caps, mem)
 
     def run(self, durations: Durations | None = None, *, policy: str = "strict",
             semantics: str = EAGER, hint: str = "table", max_inflight: int | Sequence[int] | None = None,
