@@ -195,8 +195,11 @@ def _inflight_chimera(p: int, d: int, m: int, v: int) -> float:
 
 def _inflight_hanayo(p: int, d: int, m: int, v: int) -> float:
     """Hanayo, Liu et al. SC'23 §3: the same activation memory as 1F1B, p micro-batches of the
-    whole device (p·v chunk units), which our generator enforces as a per-device cap."""
-    return float(min(p * v, v * m))
+    whole device (p·v chunk units), which our generator enforces as a per-device cap. With few
+    micro-batches the cap is not reached; counting the forwards our list scheduler runs before
+    device d's first backward gives m + (v-2)·min(m, p) + d + 1, so the peak is
+    min(m + (v-2)·min(m, p) + d + 1, p·v, v·m) (checked against the tables in the tests)."""
+    return float(min(m + (v - 2) * min(m, p) + d + 1, p * v, v * m))
 
 
 def _inflight_pipedream(p: int, d: int, m: int, v: int) -> float:
