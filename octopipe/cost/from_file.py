@@ -474,6 +474,21 @@ def profile_times(profile: Profile, opts: ProfileOptions) -> dict[str, np.ndarra
     return {"f": f, "i": i, "w": w, "b": b}
 
 
+def describe(profile: Profile, opts: ProfileOptions) -> str:
+    """One sentence saying how the profile's numbers become costs (averaging, split, rounding)."""
+    avg = ("type-averaged (mean per layer type, composite parts inferred by subtraction)"
+           if opts.averaging == "type" else "raw per-layer times")
+    if profile.b_ms is None:
+        split = "measured I and W"
+    else:
+        split = (f"full B measured, split assumed I = {opts.split:g}·B, W = {1 - opts.split:g}·B "
+                 f"(cost.split)")
+    tick = f"; rounded up to {opts.tick_ms:g} ms" if opts.tick_ms else ""
+    if opts.tick_ms and opts.round_split and profile.b_ms is not None:
+        tick += " (I and W rounded separately)"
+    return f"{profile.name}: {profile.n_layers} layers, {avg}; {split}{tick}"
+
+
 # ---------------------------------------------------------------------------------------------
 # ModelSpec and CostTable
 

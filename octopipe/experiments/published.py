@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
-from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
+from octopipe.cost.from_file import ProfileOptions, describe, load_preset, profile_cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Plan, uniform_partition
@@ -375,6 +375,11 @@ def run(cfg: Any, out_dir: Path) -> dict:
                     progress=lambda s: console.print(f"[dim]case {s}[/dim]"))
     res.check = published_check(exp["published_reference"], cost_opts)
     summary = report.summarize(res, exp)
+    summary["cost"] = {"averaging": cost_opts.averaging, "split": cost_opts.split,
+                       "tick_ms": cost_opts.tick_ms,
+                       "profiles": [describe(load_preset(p), cost_opts) for p in exp["profiles"]]}
+    for line in summary["cost"]["profiles"]:
+        console.print(f"[dim]{line}[/dim]")
     report.print_tables(console, res, exp)
     report.write_artifacts(out_dir, res, exp, summary)
     return summary

@@ -227,3 +227,11 @@ def test_profile_model_follows_the_profile_when_layer_counts_differ():
     assert profile_model(cfg, own) is own
     other = model_from_profile(load_preset("gpt_13b"))
     assert profile_model(cfg, other).n_layers == 28
+
+
+def test_describe_states_the_assumed_split():
+    from octopipe.cost.from_file import describe
+    text = describe(small(), ProfileOptions("type", 0.3, 0.1))
+    assert "I = 0.3·B, W = 0.7·B" in text and "type-averaged" in text and "0.1 ms" in text
+    iw = Profile(name="iw", f_ms=F, i_ms=B / 2, w_ms=B / 2)
+    assert "measured I and W" in describe(iw, ProfileOptions())
