@@ -74,6 +74,11 @@ class Outcome:
     def efficiency(self) -> float:
         return self.lower_bound_s / self.makespan_s
 
+    @property
+    def cross_device_boundaries(self) -> int:
+        """Stage boundaries whose two sides sit on different devices (a transfer each way)."""
+        return int(sum(a != b for a, b in zip(self.placement, self.placement[1:])))
+
     def row(self) -> dict[str, Any]:
         return {
             "profile": self.case.profile, "devices": self.case.devices,
@@ -85,6 +90,7 @@ class Outcome:
             "lower_bound_ms": self.lower_bound_s * 1e3,
             "stage_sizes": [hi - lo for lo, hi in self.partition],
             "placement": list(self.placement),
+            "cross_device_boundaries": self.cross_device_boundaries,
             "tuner_s": self.tuner_s,
         }
 

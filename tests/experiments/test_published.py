@@ -86,6 +86,9 @@ def test_baselines_partitions_and_placements():
     assert [hi - lo for lo, hi in plans["s1f1b"].partition] == [14] * 4
     assert [hi - lo for lo, hi in plans["interleaved"].partition] == [7] * 8
     assert plans["interleaved"].placement == (0, 1, 2, 3, 0, 1, 2, 3)
+    out = Outcome(Case("n", 4, 8, "free"), "interleaved", 1.0, np.ones(4), 1.0,
+                  plans["interleaved"].partition, plans["interleaved"].placement)
+    assert out.cross_device_boundaries == 7 and out.row()["stage_sizes"] == [7] * 8
     work = (costs.f + costs.b)[:, 0]
     uni = max(work[lo:hi].sum() for lo, hi in plans["s1f1b"].partition)
     bal = max(work[lo:hi].sum() for lo, hi in plans["s1f1b_balanced"].partition)
