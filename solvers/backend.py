@@ -1,0 +1,111 @@
+"""MILP backends: CBC (bundled with PuLP) by default, HiGHS where `highspy` is installed.
+
+`SolverConfig` mirrors `conf/solver/*.yaml`; `make_solver` turns it into a PuLP solver object and
+`run_model` solves a PuLP problem and reports status, bound and time in one value.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pulp
+
+from octopipe.errors import ConfigError, SolverUnavailableError
+
+BACKENDS = ("cbc", "highs")
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    """Which MILP backend to use and how long it may run.
+
+    `gap` is the relative MIP gap at which the solver may stop (0 = prove optimality);
+    `time_limit_s` caps one solve; `threads` is passed to backends that accept it.
+    """
+
+    name: str = "cbc"
+    time_limit_s: float = 30.0
+    gap: float = 0.0
+    threads: int = 1
+    msg: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKENDS:
+            raise ConfigError(f"solver.name={self.name!r} is not a MILP backend; choose one of "
+                              f"{', '.join(BACKENDS)}")
+        if self.time_limit_s <= 0:
+            raise ConfigError(f"solver.time_limit_s={self.time_limit_s} must be positive")
+        if not 0 <= self.gap < 1:
+            raise ConfigError(f"solver.gap={self.gap} must be a relative gap in [0, 1)")
+        if self.threads < 1:
+            raise ConfigError(f"solver.threads={self.threads} must be at least 1")
+
+    @classmethod
+    def from_cfg(cls, cfg: Any | None) -> "SolverConfig":
+        """Build from a Hydra `solver` node (or any mapping with the same keys); None = defaults."""
+        if cfg is None:
+            return cls()
+        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+        return cls(name=str(get("name", "cbc")), time_limit_s=float(get("time_limit_s", 30.0)),
+                   gap=float(get("gap", 0.0) or 0.0), threads=int(get("threads", 1) or 1),
+                   msg=bool(get("msg", False)))
+
+
+def highs_available() -> bool:
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_solver(cfg: SolverConfig) -> pulp.LpSolver:
+    """The PuLP solver object for `cfg`; SolverUnavailableError if HiGHS is asked for but absent."""
+    if cfg.name == "cbc":
+        return pulp.PULP_CBC_CMD(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap,
+                                 threads=cfg.threads)
+    if not highs_available():
+        raise SolverUnavailableError("solver=highs needs the HiGHS Python bindings, which are not "
+                                     "installed: run `pip install highspy` (or `pip install "
+                                     "octopipe[highs]`), or use solver=cbc")
+    return pulp.HiGHS(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads)
+
+
+@dataclass(frozen=True)
+class SolveOutcome:
+    """What a backend reported: PuLP status text, objective and best bound, time, optimality."""
+
+    status: str
+    objective: float | None
+    bound: float | None
+    solve_time_s: float
+    proven_optimal: bool
+    has_solution: bool
+
+
+def run_model(prob: pulp.LpProblem, cfg: SolverConfig) -> SolveOutcome:
+    """Solve `prob`; proven optimality means status Optimal with gap 0 within the time limit."""
+    solver = make_solver(cfg)
+    t0 = time.perf_counter()
+    prob.solve(solver)
+    dt = time.perf_counter() - t0
+    status = pulp.LpStatus[prob.status]
+    sol_status = prob.sol_status
+    has_solution = sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    objective = pulp.value(prob.objective) if has_solution else None
+    proven = (sol_status == pulp.LpSolutionOptimal and cfg.gap == 0.0
+              and dt < cfg.time_limit_s * 0.999)
+    bound = _best_bound(prob, solver, objective if proven else None)
+    return SolveOutcome(status, objective, bound, dt, proven, has_solution)
+
+
+def _best_bound(prob: pulp.LpProblem, solver: pulp.LpSolver, proven_obj: float | None) -> float | None:
+    if proven_obj is not None:
+        return proven_obj
+    if isinstance(solver, pulp.HiGHS) and getattr(prob, "solverModel", None) is not None:
+        try:
+            return float(prob.solverModel.getInfo().mip_dual_bound)
+        except Exception:  # noqa: BLE001 - the bound is optional diagnostics
+            return None
+    return None
