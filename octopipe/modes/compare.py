@@ -1,0 +1,217 @@
+"""`mode=compare`: every applicable named schedule at the three abstraction levels.
+
+1. formula: `formulas.bubble_ratio` and peak in-flight activations (closed forms, uniform
+   stages, F:I:W = 1:1:1);
+2. idealized table: the table on unit slots (F = I = W = 1, B = 2; `idealized.idealize`):
+   idle ratio, length in slots, peak live activations;
+3. communication-aware simulation on the model's CostTable and the cluster (`sim.semantics`):
+   makespan, bubble ratio, peak activation and total memory, throughput.
+
+Each level ranks the schedules (by bubble ratio at the first two, by makespan at the third).
+Then, per schedule, `strict` against `ready_first` (hint = table, eager messages) without
+jitter and with lognormal jitter at each `sim.jitter_levels` CV over `sim.seeds` seeds (the
+same draws for both policies). Writes summary.json, report.md, and trace.json / timeline.png
+of the fastest simulated schedule.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from octopipe.cluster import Cluster
+from octopipe.cost.table import CostTable
+from octopipe.errors import DeadlockError, OctoPipeError
+from octopipe.plan import Plan, uniform_partition
+from octopipe.schedule.table import ScheduleTable
+from octopipe.sim import Jitter, SimResult, Simulator
+
+Partitioner = Callable[[int], Sequence[tuple[int, int]]]
+
+
+def applicable_tables(names: Sequence[str], p: int, m: int, chunks: int | None) -> tuple[dict, dict]:
+    """Tables of the named schedules that exist for (p, m, chunks); and why the others don't."""
+    from octopipe.schedule.library import build_schedule
+    tables, skipped = {}, {}
+    for name in names:
+        try:
+            tables[name] = build_schedule(name, p, m, chunks)
+        except OctoPipeError as e:
+            skipped[name] = str(e).splitlines()[0]
+    return tables, skipped
+
+
+def _rank(values: Sequence[float | None]) -> list[int | None]:
+    """1 = best (smallest); ties share a rank; None stays None."""
+    present = sorted({round(v, 12) for v in values if v is not None})
+    return [None if v is None else present.index(round(v, 12)) + 1 for v in values]
+
+
+def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cluster,
+                 partition_of: Partitioner, semantics: str = "eager",
+                 keep: bool = False) -> tuple[list[dict], dict[str, SimResult]]:
+    """One row per schedule with the three levels' figures and ranks."""
+    from octopipe.schedule import formulas
+    from octopipe.schedule.idealized import idealize
+    rows, results = [], {}
+    for name, table in tables.items():
+        p, m, n_s = table.n_devices, table.n_microbatches, table.n_stages
+        chunks = n_s // p if not table.replicas else 1
+        partition = tuple(partition_of(n_s))
+        act_stage = costs.act_bytes.sum() / n_s
+        row: dict[str, Any] = {"schedule": name, "n_devices": p, "microbatches": m,
+                               "n_stages": n_s, "chunks": chunks}
+        try:
+            row["formula_bubble_ratio"] = formulas.bubble_ratio(name, p, m, chunks)
+            row["formula_peak_activation_bytes"] = float(act_stage * max(
+                formulas.inflight_microbatches(name, p, d, m, chunks) for d in range(p)))
+        except OctoPipeError:
+            row["formula_bubble_ratio"] = row["formula_peak_activation_bytes"] = None
+        it = idealize(table, "1:1:1")
+        row["idealized_bubble_ratio"] = it.bubble_ratio
+        row["idealized_makespan_slots"] = it.makespan
+        row["idealized_peak_activation_bytes"] = float(act_stage * it.peak_inflight().max())
+        try:
+            res = Simulator(Plan(partition, table), costs, cluster).run(semantics=semantics)
+        except DeadlockError as e:
+            row["sim_note"] = str(e).splitlines()[0]
+            row.update(makespan_s=None, bubble_ratio=None)
+            rows.append(row)
+            continue
+        row.update(makespan_s=res.makespan, bubble_ratio=res.bubble_ratio,
+                   peak_activation_memory_bytes=float(res.peak_activation_memory.max()),
+                   peak_memory_bytes=float(res.peak_memory.max()),
+                   throughput_tokens_per_s=res.throughput_tokens_per_s, mfu=res.mfu)
+        if keep:
+            results[name] = res
+        rows.append(row)
+    for key, rank in (("formula_bubble_ratio", "rank_formula"), ("idealized_bubble_ratio", "rank_idealized"),
+                      ("makespan_s", "rank_sim")):
+        for row, r in zip(rows, _rank([row.get(key) for row in rows])):
+            row[rank] = r
+    return rows, results
+
+
+def policy_study(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cluster,
+                 partition_of: Partitioner, levels: Sequence[float], seeds: int, seed: int) -> list[dict]:
+    """strict vs ready_first (hint = table) per schedule, without and with jitter."""
+    out = []
+    for name, table in tables.items():
+        sim = Simulator(Plan(tuple(partition_of(table.n_stages)), table), costs, cluster)
+        row: dict[str, Any] = {"schedule": name}
+        for cv in (0.0, *levels):
+            strict, ready = [], []
+            for k in range(seeds if cv > 0 else 1):
+                j = Jitter(cv=cv)
+                strict.append(sim.run(jitter=j, seed=seed + k).makespan)
+                ready.append(sim.run(jitter=j, seed=seed + k, policy="ready_first").makespan)
+            tag = f"cv{cv:g}"
+            row[f"strict_makespan_s_{tag}"] = float(np.mean(strict))
+            row[f"ready_first_makespan_s_{tag}"] = float(np.mean(ready))
+            row[f"ready_first_speedup_{tag}"] = float(np.mean(strict) / np.mean(ready))
+            row[f"ready_first_wins_{tag}"] = int(sum(r < s * (1 - 1e-9) for s, r in zip(strict, ready)))
+            row[f"ready_first_losses_{tag}"] = int(sum(r > s * (1 + 1e-9) for s, r in zip(strict, ready)))
+        out.append(row)
+    return out
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.1%}" if pct else f"{v:.4g}"
+    return str(v)
+
+
+def level_table(rows: list[dict]) -> Table:
+    t = Table(title="three abstraction levels (rank 1 = best)")
+    for col in ("schedule", "formula bubble", "rank", "table bubble", "slots", "rank",
+                "sim bubble", "makespan s", "rank", "peak act GB (sim)"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["schedule"], _fmt(r.get("formula_bubble_ratio"), True), _fmt(r.get("rank_formula")),
+                  _fmt(r["idealized_bubble_ratio"], True), _fmt(r["idealized_makespan_slots"]),
+                  _fmt(r.get("rank_idealized")), _fmt(r.get("bubble_ratio"), True),
+                  _fmt(r.get("makespan_s")), _fmt(r.get("rank_sim")),
+                  _fmt((r.get("peak_activation_memory_bytes") or 0) / 1e9))
+    return t
+
+
+def report_md(title: str, rows: list[dict], policy_rows: list[dict], skipped: dict, levels) -> str:
+    lines = [f"# {title}", "", "## Three abstraction levels", "",
+             "| schedule | formula bubble | rank | table bubble | slots | rank | sim bubble | makespan (s) | rank | peak act (GB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            r["schedule"], _fmt(r.get("formula_bubble_ratio"), True), _fmt(r.get("rank_formula")),
+            _fmt(r["idealized_bubble_ratio"], True), _fmt(r["idealized_makespan_slots"]),
+            _fmt(r.get("rank_idealized")), _fmt(r.get("bubble_ratio"), True), _fmt(r.get("makespan_s")),
+            _fmt(r.get("rank_sim")), _fmt((r.get("peak_activation_memory_bytes") or 0) / 1e9)]) + " |")
+    if policy_rows:
+        lines += ["", "## strict vs ready_first (mean makespan in s; speedup = strict / ready_first)", "",
+                  "| schedule | " + " | ".join(f"CV {cv:g}: strict / ready_first / speedup (wins-losses)"
+                                                for cv in (0.0, *levels)) + " |",
+                  "|---|" + "---|" * (1 + len(levels))]
+        for r in policy_rows:
+            cells = []
+            for cv in (0.0, *levels):
+                tag = f"cv{cv:g}"
+                cells.append(f"{r[f'strict_makespan_s_{tag}']:.4g} / {r[f'ready_first_makespan_s_{tag}']:.4g} / "
+                             f"{r[f'ready_first_speedup_{tag}']:.3f} ({r[f'ready_first_wins_{tag}']}-"
+                             f"{r[f'ready_first_losses_{tag}']})")
+            lines.append(f"| {r['schedule']} | " + " | ".join(cells) + " |")
+        lines += ["", "ready_first runs whichever ranked action is ready; where a schedule defers work on "
+                  "purpose (1F1B's one-forward-one-backward alternation, zero-bubble's W placement, "
+                  "interleaving's chunk order), greedily starting a ready forward can delay a backward "
+                  "that a downstream device is waiting for, so losses are expected there."]
+    if skipped:
+        lines += ["", "## Not applicable", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
+    return "\n".join(lines) + "\n"
+
+
+def run(cfg, out_dir: Path) -> dict:
+    from octopipe.load import load_cluster, load_costs, load_model
+    from octopipe.schedule.library import SCHEDULES
+    from octopipe.sim.trace import timeline_png, write_chrome_trace
+    model = load_model(cfg)
+    cluster = load_cluster(cfg)
+    costs = load_costs(cfg, model, cluster)
+    p = int(cfg.pp)
+    m = int(cfg.microbatches)
+    chunks = OmegaConf.select(cfg, "chunks", default=None)
+    semantics = str(OmegaConf.select(cfg, "sim.semantics", default="eager"))
+    levels = [float(x) for x in OmegaConf.select(cfg, "sim.jitter_levels", default=[0.1, 0.3])]
+    seeds = int(OmegaConf.select(cfg, "sim.seeds", default=5))
+    seed = int(OmegaConf.select(cfg, "seed", default=0))
+    tables, skipped = applicable_tables(list(SCHEDULES), p, m, chunks)
+    n_layers = costs.n_layers
+    for name in [n for n, t in tables.items() if t.n_stages > n_layers]:
+        skipped[name] = f"{tables.pop(name).n_stages} stages for {n_layers} layers"
+    part = lambda n_s: uniform_partition(n_layers, n_s)  # noqa: E731
+    rows, results = three_levels(tables, costs, cluster, part, semantics, keep=True)
+    policy_rows = policy_study(tables, costs, cluster, part, levels, seeds, seed)
+    console = Console(width=160)
+    console.print(level_table(rows))
+    title = f"mode=compare: {model.name} on {cluster.name}, pp={p}, microbatches={m}"
+    (out_dir / "report.md").write_text(report_md(title, rows, policy_rows, skipped, levels))
+    console.print(report_md(title, [], policy_rows, {}, levels).split("## strict", 1)[-1])
+    simulated = [r for r in rows if r.get("makespan_s") is not None]
+    if not simulated:
+        raise OctoPipeError("no schedule could be simulated (every one deadlocked); see report.md")
+    best = min(simulated, key=lambda r: r["makespan_s"])
+    res = results[best["schedule"]]
+    write_chrome_trace(res, out_dir / "trace.json")
+    timeline_png(res, out_dir / "timeline.png")
+    changed = len({tuple(r.get(k) for r in rows) for k in ("rank_formula", "rank_idealized", "rank_sim")}) > 1
+    return {"model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
+            "semantics": semantics, "best_schedule": best["schedule"],
+            "makespan_s": best["makespan_s"], "bubble_ratio": best["bubble_ratio"],
+            "peak_memory_bytes": best["peak_memory_bytes"],
+            "peak_activation_memory_bytes": best["peak_activation_memory_bytes"],
+            "throughput_tokens_per_s": best["throughput_tokens_per_s"], "mfu": best["mfu"],
+            "rankings_differ_between_levels": changed, "schedules": rows,
+            "policies": policy_rows, "skipped": skipped}
