@@ -196,6 +196,13 @@ def test_qwen2_vl_vision_flops_match_reference():
     assert sum(w.core_flops for w in vit) / 1024 / 1e9 == pytest.approx(0.17, rel=0.02)
 
 
+def test_llava_vision_tower_flops_match_reference():
+    m = preset("llava15_7b")
+    cm = AnalyticCostModel()
+    vit = sum(cm.work(x, m).flops for x in m.layers if x.kind is K.VIT_BLOCK)
+    assert vit / 1e12 == pytest.approx(0.38, rel=0.01)       # ≈0.38 TFLOP per 336² image
+
+
 def test_sliding_window_caps_the_attention_core():
     full = LayerSpec(K.ATTENTION, 256, heads=4, kv_heads=4, head_dim=64)
     swa = LayerSpec(K.ATTENTION, 256, heads=4, kv_heads=4, head_dim=64, window=128)

@@ -26,6 +26,7 @@ PUBLISHED_TOTAL = {
     "minimax_text_01": 456.0e9,
     "deepseek_v3": 671.0e9,
     "qwen2_vl_7b": 8.29e9,
+    "llava15_7b": 7.06e9,
 }
 
 # Published active parameters (what one token touches).
