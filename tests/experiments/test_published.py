@@ -140,14 +140,17 @@ def test_speedups_and_summary():
 
 def test_artifacts_are_written(tmp_path):
     c = Case("x", 2, 4, "free")
-    res = Results(outcomes=[_outcome(c, "s1f1b", 2.0), _outcome(c, "zbh1", 1.5)])
+    res = Results(outcomes=[_outcome(c, "s1f1b", 2.0), _outcome(c, "zbh1", 1.5),
+                            _outcome(c, "octopipe", 1.2)], tuner=True)
     exp = {"published_reference": {"profile": "x", "devices": 2, "microbatches": 4}}
     summary = report.summarize(res, exp)
     report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res, exp)
     report.write_artifacts(tmp_path, res, exp, summary)
-    for name in ("results.csv", "efficiency.png", "bubbles.png", "report.md"):
+    for name in ("results.csv", "efficiency.png", "bubbles.png", "speedup.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "| x | 2 | 4 | free | zbh1 | 1500.0 |" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "| x | 2 | 4 | free | zbh1 | 1500.0 |" in text
+    assert "| octopipe | 1200.0 | 0.833 | 16.7% | 17/17 | 1 | 1.250 |" in text
 
 
 def test_published_conventions_reproduce_the_issue_figures():
