@@ -42,3 +42,33 @@ def test_several_sgd_steps_give_the_reference_losses():
     table = random_table(2, 3, 2, seed=1, placement=(0, 1, 0))
     got = check(model, table, iterations=3, lr=0.5)
     assert got.losses[0] != pytest.approx(got.losses[-1], rel=1e-3)
+
+
+def preset(name: str):
+    from omegaconf import OmegaConf
+
+    from octopipe.model.build import build_model
+    from octopipe.run import CONF_DIR
+    return build_model(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
+
+
+NAMED = ["gpipe", "1f1b", "interleaved", "looped_bfs", "zbh1", "zbh2", "zbv", "dualpipev", "hanayo"]
+
+
+def test_every_named_schedule_is_exact_on_the_hybrid_preset():
+    from octopipe.schedule.library import build_schedule
+    model = preset("tiny_hybrid")
+    ref = reference_run(model, 4)
+    for name in NAMED:
+        table = build_schedule(name, 2, 4)
+        got = execute(model, uniform_partition(model.n_layers, table.n_stages), table, timeout_s=60)
+        assert max_rel_err(got.grads, ref.grads) <= RTOL, name
+        assert got.losses[0] == pytest.approx(ref.losses[0], rel=RTOL), name
+
+
+@pytest.mark.parametrize("name", ["tiny_moe", "tiny_vlm"])
+def test_presets_on_four_ranks_with_uneven_stages(name):
+    from octopipe.schedule.library import build_schedule
+    model = preset(name)
+    table = build_schedule("zbh1", 4, 4)
+    check(model, table, partition=((0, 1), (1, 4), (4, 8), (8, model.n_layers)))

@@ -37,7 +37,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window
 
 
 class Attention(nn.Module):
-    """Pre-norm residual self-attention with grouped-query heads."""
+    """Pre-norm residual self-attention with grouped-query heads (optional QK-norm and biases)."""
 
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
@@ -48,14 +48,17 @@ class Attention(nn.Module):
         self.heads, self.kv, self.hd = h, kv, hd
         self.causal, self.window = spec.causal, spec.window
         self.norm = nn.RMSNorm(spec.hidden)
-        self.q = nn.Linear(spec.hidden, h * hd, bias=False)
-        self.kv_proj = nn.Linear(spec.hidden, 2 * kv * hd, bias=False)
-        self.o = nn.Linear(h * hd, spec.hidden, bias=False)
+        self.q = nn.Linear(spec.hidden, h * hd, bias=spec.bias)
+        self.kv_proj = nn.Linear(spec.hidden, 2 * kv * hd, bias=spec.bias)
+        self.o = nn.Linear(h * hd, spec.hidden, bias=spec.bias)
+        self.qk_norm = nn.ModuleList([nn.RMSNorm(hd), nn.RMSNorm(hd)]) if spec.qk_norm else None
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q(x).view(b, s, self.heads, self.hd).transpose(1, 2)
         k, v = self.kv_proj(x).view(b, s, 2, self.kv, self.hd).unbind(2)
+        if self.qk_norm is not None:
+            q, k = self.qk_norm[0](q), self.qk_norm[1](k)
         y = sdpa(q, k.transpose(1, 2), v.transpose(1, 2), self.causal, self.window)
         return self.o(y.transpose(1, 2).reshape(b, s, -1))
 

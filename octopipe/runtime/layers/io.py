@@ -60,7 +60,7 @@ class ViTBlock(nn.Module):
         super().__init__()
         self.attn = Attention(spec)
         self.norm = nn.LayerNorm(spec.hidden)
-        self.mlp = FeedForward(spec.hidden, spec.ffn, spec.hidden, spec.activation)
+        self.mlp = FeedForward(spec.hidden, spec.ffn, spec.hidden, spec.activation, spec.bias)
 
     def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
         x = self.attn(x, batch)
@@ -77,7 +77,7 @@ class Projector(nn.Module):
             raise ValueError(f"projector {spec.label}: in_hidden={self.in_hidden} is not a multiple of "
                              f"the vision width {in_width}")
         self.norm = nn.LayerNorm(in_width)
-        self.mlp = FeedForward(self.in_hidden, spec.ffn or spec.hidden, spec.hidden, "gelu")
+        self.mlp = FeedForward(self.in_hidden, spec.ffn or spec.hidden, spec.hidden, "gelu", spec.bias)
 
     def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
         x = self.norm(x)

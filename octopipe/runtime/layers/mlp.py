@@ -11,13 +11,13 @@ from octopipe.model.layer import LayerSpec
 class FeedForward(nn.Module):
     """`activation` = swiglu (gated), gelu or relu2 (squared ReLU, Nemotron-H)."""
 
-    def __init__(self, d_in: int, ffn: int, d_out: int, activation: str) -> None:
+    def __init__(self, d_in: int, ffn: int, d_out: int, activation: str, bias: bool = False) -> None:
         super().__init__()
         if activation not in ("swiglu", "gelu", "relu2"):
             raise ValueError(f"activation {activation!r}: expected swiglu, gelu or relu2")
         self.activation = activation
-        self.up = nn.Linear(d_in, (2 if activation == "swiglu" else 1) * ffn, bias=False)
-        self.down = nn.Linear(ffn, d_out, bias=False)
+        self.up = nn.Linear(d_in, (2 if activation == "swiglu" else 1) * ffn, bias=bias)
+        self.down = nn.Linear(ffn, d_out, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
@@ -37,7 +37,7 @@ class MLP(nn.Module):
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(spec.hidden)
-        self.ffn = FeedForward(spec.hidden, spec.ffn, spec.hidden, spec.activation)
+        self.ffn = FeedForward(spec.hidden, spec.ffn, spec.hidden, spec.activation, spec.bias)
 
     def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
         return x + self.ffn(self.norm(x))
