@@ -14,7 +14,8 @@ Formulas follow models-and-hardware.md §3 (a multiply-add counts 2 FLOPs; 16-bi
 - Stored activations (bytes per token; Korthikanti et al. 2022 itemized, generalized to GQA,
   SwiGLU, MoE, Mamba): see `_activations`. A GPT block with dropout and no flash attention gives
   exactly `34·s·b·h + 5·a·s²·b`; with flash attention the `5as²b` term becomes the fp32
-  log-sum-exp, `4·a·s·b`. `w_act_bytes` are the inputs of weight GEMMs, still needed by W after I.
+  log-sum-exp, `4·a·s·b`. `w_act_bytes` are the inputs of weight GEMMs, still needed by W after I
+  (capped at the stored bytes: under full recomputation W reuses what I recomputed).
   Recomputation: `selective` drops the s² scores (and recomputes the attention core in I);
   `full` stores only the layer input and reruns the whole forward inside I.
 - Parameter + gradient + optimizer bytes: `bytes_per_param` per parameter, 18 by default
@@ -45,7 +46,6 @@ from octopipe.model.params import layer_params
 from octopipe.model.spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION_KINDS = (LayerKind.ATTENTION, LayerKind.MLA, LayerKind.VIT_BLOCK)
 
 
 @dataclass(frozen=True)
@@ -94,15 +94,21 @@ class AnalyticCostModel:
     def from_config(cls, cfg: Any) -> "AnalyticCostModel":
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
         d = cls()
-        try:
-            return cls(efficiency=float(get("efficiency", d.efficiency)),
-                       tp=int(get("tp", d.tp)),
-                       recompute=str(get("recompute", d.recompute)),
-                       flash_attention=bool(get("flash_attention", d.flash_attention)),
-                       dropout=bool(get("dropout", d.dropout)),
-                       bytes_per_param=float(get("bytes_per_param", d.bytes_per_param)))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"cost: a setting is not a number where one is needed ({e})") from e
+        tp = get("tp", d.tp)
+        if isinstance(tp, bool) or not isinstance(tp, int):
+            raise ConfigError(f"cost.tp={tp!r}: must be a positive integer")
+        values = {}
+        for name in ("efficiency", "bytes_per_param"):
+            v = get(name, getattr(d, name))
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"cost.{name}={v!r}: must be a number")
+            values[name] = float(v)
+        for name in ("flash_attention", "dropout"):
+            v = get(name, getattr(d, name))
+            if not isinstance(v, bool):
+                raise ConfigError(f"cost.{name}={v!r}: must be true or false")
+            values[name] = v
+        return cls(tp=tp, recompute=str(get("recompute", d.recompute)), **values)
 
     # -- per-layer work --------------------------------------------------------------------
 
@@ -179,8 +185,7 @@ class AnalyticCostModel:
                 i[j, c] = self.seconds(*passes["i"], dev.peak_flops, dev.memory_bandwidth)
                 wt[j, c] = self.seconds(*passes["w"], dev.peak_flops, dev.memory_bandwidth)
             act[j] = self.stored_activation_bytes(w)
-            w_act[j] = min(w.w_act_bytes / self.tp, act[j]) if self.recompute != "full" \
-                else w.w_act_bytes / self.tp
+            w_act[j] = min(w.w_act_bytes / self.tp, act[j])
             static[j] = w.params * self.bytes_per_param / self.tp
             out[j] = w.out_bytes / self.tp
             params[j] = w.params
@@ -202,7 +207,7 @@ def _ffn_flops(h: int, f: int, activation: str) -> float:
     return (6.0 if activation == "swiglu" else 4.0) * h * f
 
 
-def _ffn_act(h: int, f: int, activation: str) -> float:
+def _ffn_act(f: int, activation: str) -> float:
     """Bytes per token an FFN stores past its input: SwiGLU gate/up outputs + down input."""
     return (6.0 if activation == "swiglu" else 4.0) * f
 
@@ -285,7 +290,7 @@ def _activations(x: LayerSpec, s: int, flash: bool, dropout: bool) -> tuple[floa
     if k is LayerKind.VIT_BLOCK:
         q = x.heads * x.head_dim
         act, scores = _attention_act(h, q, q, x.heads, s, flash, dropout)
-        mlp = 4.0 * h + _ffn_act(h, x.ffn, x.activation) + drop
+        mlp = 4.0 * h + _ffn_act(x.ffn, x.activation) + drop
         return act + mlp, scores, 2.0 * h + 2.0 * q + 2.0 * h + 2.0 * x.ffn
     if k is LayerKind.MLA:
         a, qk = x.heads, x.qk_nope_dim + x.qk_rope_dim
@@ -311,11 +316,11 @@ def _activations(x: LayerSpec, s: int, flash: bool, dropout: bool) -> tuple[floa
         act = 4.0 * h + 10.0 * d_in + 2.0 * (x.dt_rank + 2 * x.ssm_state) + drop
         return act, 0.0, 2.0 * h + 4.0 * d_in + 2.0 * x.dt_rank
     if k is LayerKind.MLP:
-        act = 4.0 * h + _ffn_act(h, x.ffn, x.activation) + drop
+        act = 4.0 * h + _ffn_act(x.ffn, x.activation) + drop
         return act, 0.0, 2.0 * h + 2.0 * x.ffn
     if k is LayerKind.MOE:
-        act = (4.0 * h + x.top_k * (2.0 * h + _ffn_act(h, x.expert_ffn, x.activation))
-               + x.shared_experts * _ffn_act(h, x.shared_ffn, x.activation) + drop)
+        act = (4.0 * h + x.top_k * (2.0 * h + _ffn_act(x.expert_ffn, x.activation))
+               + x.shared_experts * _ffn_act(x.shared_ffn, x.activation) + drop)
         w_act = (2.0 * h + x.top_k * (2.0 * h + 2.0 * x.expert_ffn)
                  + x.shared_experts * 2.0 * x.shared_ffn)
         return act, 0.0, w_act
