@@ -34,6 +34,7 @@ from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.from_file import ProfileOptions, describe, load_preset, profile_cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.experiments.published_gate import gated_makespan
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.table import ScheduleTable
 
@@ -314,6 +315,12 @@ def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
                          f"chunks = {v}, one layer per virtual stage; data dependencies only (the "
                          "published simulator also holds a steady-state F until the next device "
                          "has finished more B and its last op was a B)"))
+    sc = costs.stage_costs(il.partition, [0] * len(il.partition))
+    rows.append(CheckRow("interleaved_gated",
+                         gated_makespan(il.table, sc["f"], sc["i"] + sc["w"], v) * 1e3,
+                         float(ref["interleaved_ms"]),
+                         "the same table replayed with the published simulator's gate "
+                         "(octopipe.experiments.published_gate)"))
     zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
     rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref["zbh_ms"]),
                          "uniform stages, I and W each rounded up to the tick (one tick short, as "
