@@ -162,7 +162,7 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
     L += ["## 1. GPipe vs 1F1B", "",
           f"Makespans agree within 1% at {close} of {n_pairs} (S, B, system) points (mean difference "
           f"{f1['mean_relative_makespan_difference']:.2%}, max {f1['max_relative_makespan_difference']:.1%}). "
-          f"The larger differences are on {', '.join(slow_sys) or 'no system'}: where a transfer costs more "
+          f"The larger differences are on {', '.join(slow_sys) or 'no system'}: where transfers are no longer small "
           "than a stage's compute, 1F1B's fixed alternation puts a neighbour round trip (activation out, "
           "gradient back) on every steady-state step, while GPipe streams its forwards; GPipe is then the "
           f"faster one. 1F1B has the lower activation peak at {lower_peak} of {n_pairs} points.", "",
