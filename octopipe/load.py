@@ -60,3 +60,18 @@ def load_costs(cfg: Any, model: ModelSpec, cluster: Cluster) -> CostTable:
         from octopipe.cost.profiled import profiled_costs
         return profiled_costs(cost, model, cluster)
     raise ConfigError(f"cost.source={source!r}: valid: {', '.join(COST_SOURCES)}")
+
+
+def load_inputs(cfg: Any) -> tuple[ModelSpec, Cluster, CostTable]:
+    """Model, cluster and costs that agree layer for layer. A profile file (cost.source=file)
+    may define its own layers; the model then follows the profile."""
+    model = load_model(cfg)
+    cluster = load_cluster(cfg)
+    costs = load_costs(cfg, model, cluster)
+    if costs.n_layers != model.n_layers and str(_get(_get(cfg, "cost"), "source", "")) == "file":
+        from octopipe.cost.from_file import profile_model
+        model = profile_model(_get(cfg, "cost"), model)
+    if costs.n_layers != model.n_layers:
+        raise ConfigError(f"cost: the cost table has {costs.n_layers} layers but model "
+                          f"{model.name!r} has {model.n_layers}; choose a matching model or costs")
+    return model, cluster, costs

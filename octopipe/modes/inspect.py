@@ -13,24 +13,41 @@ from rich.console import Console
 from rich.table import Table
 
 from octopipe.cost.table import CostTable
-from octopipe.load import load_cluster, load_costs, load_model
-from octopipe.model.params import model_params
+from octopipe.errors import ConfigError
+from octopipe.load import load_inputs
+from octopipe.model.params import layer_params, model_params
 from octopipe.model.spec import ModelSpec
+from octopipe.model.validate import validate_model
 
 MB = 1e6
 
 
-def _fmt_params(n: float) -> str:
+def _fmt_params(n: float | None) -> str:
+    if n is None:
+        return "n/a"
     for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= scale:
             return f"{n / scale:.2f}{unit}"
     return f"{n:.0f}"
 
 
+def layer_param_counts(model: ModelSpec, costs: CostTable) -> list[int | None]:
+    """Parameters per layer: the cost table's, else counted from the layer shapes; None where a
+    profile file gave neither (its layers carry labels, not shapes)."""
+    if costs.params.any():
+        return [int(p) for p in costs.params]
+    try:
+        validate_model(model)
+    except ConfigError:
+        return [None] * model.n_layers
+    return [layer_params(x) for x in model.layers]
+
+
 def layer_rows(model: ModelSpec, costs: CostTable, kind: int) -> list[dict]:
     """Per-layer figures on device-kind column `kind`, in summary.json's units."""
-    return [{"index": j, "name": x.label, "kind": x.kind.value, "params": int(costs.params[j]),
-             "flops": float(costs.flops[j]) if costs.flops is not None else 0.0,
+    counts = layer_param_counts(model, costs)
+    return [{"index": j, "name": x.label, "kind": x.kind.value, "params": counts[j],
+             "flops": float(costs.flops[j]) if costs.flops is not None else None,
              "f_s": float(costs.f[j, kind]), "i_s": float(costs.i[j, kind]),
              "w_s": float(costs.w[j, kind]), "act_bytes": float(costs.act_bytes[j]),
              "static_bytes": float(costs.static_bytes[j]), "out_bytes": float(costs.out_bytes[j])}
@@ -44,19 +61,18 @@ def write_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
         out = csv.writer(fh)
         out.writerow(["index", "name", "kind", "device", "params", "flops", "f_s", "i_s", "w_s",
                       "act_bytes", "w_act_bytes", "static_bytes", "out_bytes"])
+        counts = layer_param_counts(model, costs)
         for j, x in enumerate(model.layers):
             for c, dev in enumerate(costs.kinds):
-                out.writerow([j, x.label, x.kind.value, dev, int(costs.params[j]),
-                              float(costs.flops[j]) if costs.flops is not None else 0.0,
+                out.writerow([j, x.label, x.kind.value, dev, counts[j] if counts[j] is not None else "",
+                              float(costs.flops[j]) if costs.flops is not None else "",
                               costs.f[j, c], costs.i[j, c], costs.w[j, c], costs.act_bytes[j],
                               costs.w_act_bytes[j], costs.static_bytes[j], costs.out_bytes[j]])
     tmp.replace(path)
 
 
 def run(cfg, out_dir: Path) -> dict:
-    model = load_model(cfg)
-    cluster = load_cluster(cfg)
-    costs = load_costs(cfg, model, cluster)
+    model, cluster, costs = load_inputs(cfg)
     kind = cluster.device_kind[0]
     device = cluster.kinds[kind]
     rows = layer_rows(model, costs, kind)
@@ -71,20 +87,23 @@ def run(cfg, out_dir: Path) -> dict:
                       f"{r['act_bytes'] / MB:.1f}", f"{r['static_bytes'] / MB:.1f}")
     f, i, w = (float(a[:, kind].sum()) for a in (costs.f, costs.i, costs.w))
     act, static = float(costs.act_bytes.sum()), float(costs.static_bytes.sum())
-    params = int(costs.params.sum())
+    known = all(r["params"] is not None for r in rows)
+    params = sum(r["params"] for r in rows) if known else None
+    active = model_params(model, active=True) if known else None
     table.add_section()
     table.add_row("", f"total ({model.n_layers} layers)", _fmt_params(params), f"{f * 1e3:.2f}",
                   f"{i * 1e3:.2f}", f"{w * 1e3:.2f}", f"{act / MB:.1f}", f"{static / MB:.1f}")
     console = Console(width=max(Console().width, 110))
     console.print(table)
 
-    flops = float(costs.flops.sum()) if costs.flops is not None else 0.0
+    flops = float(costs.flops.sum()) if costs.flops is not None and costs.flops.any() else None
     tokens = costs.tokens_per_microbatch or model.tokens_per_microbatch
-    console.print(f"params {_fmt_params(params)} (active {_fmt_params(model_params(model, True))}); "
-                  f"forward {flops / tokens / 1e9:.2f} GFLOP/token; one micro-batch F+I+W "
-                  f"{(f + i + w) * 1e3:.1f} ms on one {device.name}; whole model static "
-                  f"{static / 1e9:.1f} GB + activations {act / 1e9:.2f} GB per micro-batch vs "
-                  f"{device.memory_bytes / 1e9:.0f} GB per device")
+    per_token = flops / tokens if flops is not None and tokens else None
+    console.print(f"params {_fmt_params(params)} (active {_fmt_params(active)}); forward "
+                  f"{'n/a' if per_token is None else f'{per_token / 1e9:.2f}'} GFLOP/token; one "
+                  f"micro-batch F+I+W {(f + i + w) * 1e3:.1f} ms on one {device.name}; whole "
+                  f"model static {static / 1e9:.1f} GB + activations {act / 1e9:.2f} GB per "
+                  f"micro-batch vs {device.memory_bytes / 1e9:.0f} GB per device")
 
     write_csv(out_dir / "cost_table.csv", model, costs)
     cost_cfg = cfg.get("cost") if hasattr(cfg, "get") else None
@@ -98,11 +117,11 @@ def run(cfg, out_dir: Path) -> dict:
         "layers": model.n_layers,
         "layer_kinds": sorted({x.kind.value for x in model.layers}),
         "params_total": params,
-        "params_active": model_params(model, active=True),
+        "params_active": active,
         "seq_len": model.seq_len,
         "micro_batch_size": model.micro_batch_size,
         "tokens_per_microbatch": int(tokens),
-        "flops_per_token": flops / tokens if tokens else 0.0,
+        "flops_per_token": per_token,
         "flops_per_microbatch": flops,
         "f_total_s": f,
         "i_total_s": i,
