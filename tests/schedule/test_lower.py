@@ -8,6 +8,7 @@ from torch.distributed.pipelining.schedules import _add_send_recv
 
 from octopipe.errors import DeadlockError, ScheduleError
 from octopipe.schedule.action import (RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F)
+from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.lower import lower, peer_of, validate_lowered
 from octopipe.schedule.table import ScheduleTable, v_placement
 
@@ -201,3 +202,60 @@ def test_lowered_cells_use_torch_strings():
     for _, a in low:
         assert str(TorchAction.from_str(str(a))) == str(a)
     assert any(a.kind is SEND_B for _, a in low) and any(a.kind is B for _, a in low)
+
+
+# ------------------------------------------------------------- every named schedule
+
+NAMED_SHAPES = [(2, 4), (3, 6), (4, 5), (4, 8), (6, 12)]
+
+
+def _named(name: str):
+    for p, m in NAMED_SHAPES:
+        try:
+            yield p, m, build_schedule(name, p, m)
+        except ScheduleError:
+            continue  # a shape this schedule refuses
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_every_named_schedule_lowers_consistently(name):
+    built = list(_named(name))
+    assert built, f"{name} builds none of {NAMED_SHAPES}"
+    for p, m, t in built:
+        low = lower(t)
+        validate_lowered(low)
+        assert low.compute_only() == t.compact()
+        crossings = sum(t.device_of(s, k) != t.device_of(s + 1, k)
+                        for s in range(t.n_stages - 1) for k in range(m))
+        assert sum(a.kind is SEND_F for _, a in low) == crossings
+        assert sum(a.kind is SEND_B for _, a in low) == crossings
+        assert sum(a.kind.is_comm for _, a in low) == 4 * crossings
+
+
+@pytest.mark.parametrize("name", ["zbv", "dualpipev", "hanayo"])
+def test_v_shaped_named_schedules_have_no_comm_at_the_turn(name):
+    for p, m, t in _named(name):
+        for s in range(t.n_stages - 1):
+            if t.placement[s] == t.placement[s + 1]:
+                low = lower(t)
+                assert not any(a.kind in (SEND_F, RECV_B) and a.stage == s for _, a in low)
+                assert not any(a.kind in (RECV_F, SEND_B) and a.stage == s + 1 for _, a in low)
+
+
+@pytest.mark.parametrize("name", sorted(set(SCHEDULES) - {"chimera"}))
+def test_named_schedules_lower_exactly_as_torch(name):
+    for p, m, t in _named(name):
+        compute = {d: [TorchAction.from_str(str(a)) for a in t.actions(d)] for d in range(p)}
+        ref = _add_send_recv(compute, lambda s: t.placement[s], t.n_stages)
+        assert lower(t).as_strings() == [[str(a) for a in ref[d]] for d in range(p)], (p, m)
+
+
+def test_chimera_needs_per_microbatch_routing_that_torch_lacks():
+    """torch's `_add_send_recv` maps a stage to one rank; Chimera's second pipeline runs stage s
+    on another device, so torch cannot lower the table at all, while ours routes by replica."""
+    t = build_schedule("chimera", 4, 8)
+    assert t.replicas
+    compute = {d: [TorchAction.from_str(str(a)) for a in t.actions(d)] for d in range(4)}
+    with pytest.raises(AssertionError, match="Malformed compute schedule"):
+        _add_send_recv(compute, lambda s: t.placement[s], t.n_stages)
+    validate_lowered(lower(t))
