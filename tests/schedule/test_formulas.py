@@ -51,3 +51,49 @@ def test_bad_requests_raise_schedule_error():
         bubble_ratio("nope", 4, 8)
     with pytest.raises(ScheduleError, match="device 4"):
         inflight_microbatches("1f1b", 4, 4, 8)
+
+
+# ------------------------------------------------------------------ formula against the tables
+
+from octopipe.schedule.action import B, F, W  # noqa: E402
+from octopipe.schedule.generators._common import align_lockstep  # noqa: E402
+from octopipe.schedule.library import SCHEDULES, build_schedule  # noqa: E402
+
+
+def peak_inflight_by_walking(table) -> list[int]:
+    """Per device: live activations rise at every F and fall at the B (or W) that frees them."""
+    peaks = []
+    for d in range(table.n_devices):
+        live = peak = 0
+        for a in table.actions(d):
+            live += 1 if a.kind is F else -1 if a.kind in (B, W) else 0
+            peak = max(peak, live)
+        peaks.append(peak)
+    return peaks
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_inflight_formula_equals_the_peak_of_every_generated_table(name):
+    checked = 0
+    for p in (1, 2, 3, 4, 5, 8):
+        for m in (1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17):
+            for v in (1, 2, 3, 4):
+                try:
+                    t = build_schedule(name, p, m, v)
+                except ScheduleError:
+                    continue
+                walked = peak_inflight_by_walking(t)
+                assert walked == [inflight_microbatches(name, p, d, m, v) for d in range(p)], (p, m, v)
+                checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 2), (3, 5), (4, 4), (4, 8), (8, 16)])
+def test_unit_slot_idle_ratio_of_gpipe_and_1f1b_is_the_closed_form(name, p, m):
+    # Every compute action one slot, devices run their rows in order as soon as inputs exist.
+    t = build_schedule(name, p, m).compact()
+    aligned = align_lockstep(t.rows, t.n_stages)
+    makespan = max(len(r) for r in aligned)
+    busy = sum(len(r) for r in t.rows)
+    assert 1 - busy / (p * makespan) == pytest.approx(bubble_ratio(name, p, m))
