@@ -126,7 +126,7 @@ def run(cfg, out_dir: Path) -> dict:
         "f_total_s": f,
         "i_total_s": i,
         "w_total_s": w,
-        "step_compute_s_per_microbatch": f + i + w,
+        "compute_s_per_microbatch": f + i + w,
         "act_bytes_total": act,
         "static_bytes_total": static,
         "device_memory_bytes": device.memory_bytes,
