@@ -10,6 +10,7 @@ from torch.distributed.pipelining.stage import PipelineStage
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv, read_csv_text, to_csv_text, write_csv
+from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable, v_placement
 
@@ -161,3 +162,45 @@ def test_invalid_table_in_csv_fails_with_marked_grid():
         read_csv_text("0F0,0B0\n1B0,1F0\n")
     assert ">1B0<" in str(e.value)
     assert read_csv_text("0F0\n1B0,1F0\n", check=False).rows[1][0] == Action(1, B, 0)
+
+
+# ------------------------------------------------------------- every named schedule
+
+NAMED_SHAPES = [(2, 4), (4, 8), (3, 6)]
+
+
+def _named(name: str):
+    for p, m in NAMED_SHAPES:
+        try:
+            yield build_schedule(name, p, m)
+        except ScheduleError:
+            continue
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_every_named_schedule_round_trips(name):
+    for t in _named(name):
+        for fmt in ("compute_only", "compute_comms"):
+            back = read_csv_text(to_csv_text(t, fmt), name=t.name)
+            assert back == (t if fmt == "compute_only" else lower(t))
+
+
+@pytest.mark.parametrize("name", sorted(set(SCHEDULES) - {"chimera"}))
+def test_torch_runtime_loads_every_named_schedule(name, tmp_path):
+    for t in _named(name):
+        for fmt in ("compute_only", "compute_comms"):
+            path = write_csv(t, tmp_path / f"{name}.csv", fmt)
+            rt = torch_runtime(t.n_devices, t.n_stages, t.n_microbatches)
+            rt._load_csv(str(path), fmt)
+            if fmt == "compute_only":
+                assert rt.stage_index_to_group_rank == dict(enumerate(t.placement))
+
+
+def test_torch_refuses_chimera_replicas(tmp_path):
+    """torch maps each stage to one rank; Chimera's second pipeline breaks that, so torch's
+    loader refuses the CSV (our reader infers the replicas from the same file)."""
+    t = build_schedule("chimera", 4, 8)
+    path = write_csv(t, tmp_path / "chimera.csv")
+    with pytest.raises(AssertionError, match="is assigned to both rank"):
+        torch_runtime(4, 4, 8)._load_csv(str(path))
+    assert read_csv(path, name=t.name) == t
