@@ -52,8 +52,8 @@ def system(cp: str, nw: str, n: int, base: Any, steps: Any) -> Cluster:
     return Cluster(f"{nw}_nw_{cp}_cp", (kind,), (0,) * n, (0,) * n, link, link)
 
 
-def _sign(x: float) -> str:
-    return f"{x:+.1%}"
+def _sign(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
 
 
 def run(cfg, out_dir: Path) -> dict:
@@ -163,7 +163,7 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
           f"Makespans agree within 1% at {close} of {n_pairs} (S, B, system) points (mean difference "
           f"{f1['mean_relative_makespan_difference']:.2%}, max {f1['max_relative_makespan_difference']:.1%}). "
           f"The larger differences are on {', '.join(slow_sys) or 'no system'}: where transfers are no longer small "
-          "than a stage's compute, 1F1B's fixed alternation puts a neighbour round trip (activation out, "
+          "against a stage's compute (slower network, faster compute), 1F1B's fixed alternation puts a neighbour round trip (activation out, "
           "gradient back) on every steady-state step, while GPipe streams its forwards; GPipe is then the "
           f"faster one. 1F1B has the lower activation peak at {lower_peak} of {n_pairs} points.", "",
           "| S | B | GPipe peak act (GB) | 1F1B peak act (GB) |", "|---|---|---|---|"]
