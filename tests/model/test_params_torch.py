@@ -1,0 +1,30 @@
+"""Parameter counts against an independent oracle: the runtime's torch modules for each layer."""
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from octopipe.model.build import build_model
+from octopipe.model.layer import LayerKind
+from octopipe.model.params import layer_params
+
+torch = pytest.importorskip("torch")
+from octopipe.runtime.layers.build import build_layer  # noqa: E402
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+# The runtime's vision front end is a CPU stand-in (learned positions, RMSNorm in the ViT), not
+# the published encoders the counts follow, so those kinds are not compared.
+VISION = (LayerKind.PATCH_EMBED, LayerKind.VIT_BLOCK, LayerKind.PROJECTOR)
+
+
+@pytest.mark.parametrize("name", ["tiny_hybrid", "tiny_moe", "tiny_vlm"])
+def test_counts_equal_torch_module_parameters(name):
+    m = build_model(OmegaConf.load(CONF / f"{name}.yaml"))
+    compared = 0
+    for i, x in enumerate(m.layers):
+        if x.kind in VISION:
+            continue
+        module = build_layer(m, i)
+        assert layer_params(x) == sum(p.numel() for p in module.parameters()), x.label
+        compared += 1
+    assert compared >= 6
