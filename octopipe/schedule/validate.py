@@ -69,7 +69,10 @@ def validate(table: ScheduleTable) -> None:
         for m in range(n_m):
             fa, ba, ia, wa = (Action(s, k, m) for k in (F, B, I, W))
             if fa not in where:
-                raise _fail(table, None, f"{fa} is missing: every stage runs F once per micro-batch")
+                user = next((x for x in (ba, ia, wa, Action(s + 1, F, m)) if x in where), None)
+                hint = f" ({user} needs it; marked)" if user is not None else ""
+                raise _fail(table, where.get(user), f"{fa} is missing: every stage runs F once per "
+                            f"micro-batch{hint}")
             has_b, has_i, has_w = ba in where, ia in where, wa in where
             if has_b and (has_i or has_w):
                 raise _fail(table, where[ba], f"{ba} is a full backward but {ia if has_i else wa} "
@@ -80,8 +83,8 @@ def validate(table: ScheduleTable) -> None:
                 raise _fail(table, where[other], f"{other} has no matching {missing}: a split "
                             "backward needs both I and W")
             if not (has_b or has_i):
-                raise _fail(table, None, f"backward of stage {s} micro-batch {m} is missing "
-                            f"(neither {ba} nor {ia}/{wa})")
+                raise _fail(table, where[fa], f"backward of stage {s} micro-batch {m} is missing "
+                            f"(neither {ba} nor {ia}/{wa}; its forward {fa} is marked)")
             if has_i:
                 split.add((s, m))
     _check_acyclic(table, where, split)

@@ -28,8 +28,17 @@ def test_good_table_passes():
 @pytest.mark.parametrize("rows,placement,m,sentence,mark", [
     # missing
     ([["0F0", "0F1", "0B0"], ["1F0", "1B0", "1F1", "1B1"]], (0, 1), 2,
-     "backward of stage 0 micro-batch 1 is missing (neither 0B1 nor 0I1/0W1)", None),
+     "backward of stage 0 micro-batch 1 is missing (neither 0B1 nor 0I1/0W1; its forward 0F1 is "
+     "marked)", (0, 1)),
     ([["0F0", "0F1", "0B0", "0B1"], ["1B0", "1F1", "1B1"]], (0, 1), 2,
+     "1F0 is missing: every stage runs F once per micro-batch (1B0 needs it; marked)", (1, 0)),
+    ([["0F0", "0B0"], ["1B0"]], (0, 1), 1,
+     "1F0 is missing: every stage runs F once per micro-batch (1B0 needs it; marked)", (1, 0)),
+    ([["0B0"], ["1F0", "1B0"]], (0, 1), 1,
+     "0F0 is missing: every stage runs F once per micro-batch (0B0 needs it; marked)", (0, 0)),
+    ([[], ["1F0", "1B0"]], (0, 1), 1,
+     "0F0 is missing: every stage runs F once per micro-batch (1F0 needs it; marked)", (1, 0)),
+    ([["0F0", "0B0"], []], (0, 1), 1,
      "1F0 is missing: every stage runs F once per micro-batch", None),
     # duplicated
     ([["0F0", "0F1", "0B0", "0B1", "0B1"], ["1F0", "1B0", "1F1", "1B1"]], (0, 1), 2,
