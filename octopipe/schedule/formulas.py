@@ -157,9 +157,10 @@ def _inflight_zbh1(p: int, d: int, m: int, v: int) -> float:
 
 
 def _inflight_zbh2(p: int, d: int, m: int, v: int) -> float:
-    """ZB-H2, Qi et al. 2024 §3.1: device d fills the time until its first input gradient with
-    2(p-1-d)+1 forwards, so it holds min(2(p-d)-1, m); 2p-1 on device 0."""
-    return float(min(2 * (p - d) - 1, m))
+    """ZB-H2, Qi et al. 2024 §3.1: peak activation memory (2p-1)·M_B. Device 0 needs it for its
+    2p-1 warm-up forwards; later devices use the same allowance to run I passes ahead of their
+    deferred W passes, so every device peaks at min(2p-1, m)."""
+    return float(min(2 * p - 1, m))
 
 
 def _inflight_zbv(p: int, d: int, m: int, v: int) -> float:

@@ -2,8 +2,10 @@
 
 - ZB-H1 (torch's ScheduleInterleavedZeroBubble, "ZB1P"): 1F1B's memory; device d defers its W
   passes by d steps so that they fill the drain. Any number of looped chunks.
-- ZB-H2: 2p-1 micro-batches in flight on device 0 fill the warm-up with extra forwards; built by
-  unit-slot list scheduling with per-device caps 2(p-d)-1 and priority I > F > W.
+- ZB-H2: up to 2p-1 micro-batches in flight per device fill the warm-up with extra forwards and
+  let later devices defer their W passes into the drain; built by unit-slot list scheduling with
+  priority I > F > W. At unit costs it is the paper's parallelogram: every device is busy for 3m
+  consecutive slots and the makespan is 3m + p - 1.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ _H2_ORDER = {I: 0, F: 1, W: 2}
 
 
 def zbh2(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
-    """ZB-H2: one stage per device, device d holds at most 2(p-d)-1 micro-batches (until W)."""
+    """ZB-H2: one stage per device, each device holds at most 2p-1 micro-batches (until W)."""
     check_shape("zbh2", n_devices, n_microbatches, chunks)
     require(chunks == 1, f"zbh2 runs one stage per device (chunks=1), got chunks={chunks}; "
             "use zbh1 (ZB1P) for looped chunks or zbv for a V of two")
@@ -35,5 +37,5 @@ def zbh2(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
     rows = list_schedule(
         devices_of=lambda a: a.stage, n_devices=p, n_stages=p, n_microbatches=n_microbatches,
         split=True, priority=lambda a: (_H2_ORDER[a.kind], a.microbatch),
-        pool_of=lambda a: a.stage, caps={d: 2 * (p - d) - 1 for d in range(p)}, name="zbh2")
+        pool_of=lambda a: a.stage, caps={d: 2 * p - 1 for d in range(p)}, name="zbh2")
     return table(rows, loop_placement(p, 1), n_microbatches, "zbh2")
