@@ -5,15 +5,15 @@ before each compute that consumes data from another device and a SEND right afte
 that feeds one). A cell is *passed* under these rules:
 
 - compute c: once every same-device data predecessor has ended and, when c consumes transfer t
-  from another device, the RECV of t has been passed. The device runs c, then looks at the
-  next cell when c ends.
-- eager (buffered sends): SEND(t) posts t and is passed at once; RECV(t) is posted when reached
-  and passed when t has arrived.
-- rendezvous: SEND(t) posts t and blocks its device until RECV(t) has been posted (the
-  receiver's walk reached it); RECV(t) as in eager.
-- batched (NCCL groups): a maximal run of consecutive SEND/RECV cells in a row is one group;
-  reaching it posts every cell of the group, and the device is blocked until every transfer of
-  the group (sent or received) has arrived.
+  from another device, the RECV of t has been passed and t has arrived. The device runs c, then
+  looks at the next cell when c ends.
+- eager (buffered, asynchronous; torch's `_PipelineScheduleRuntime`): SEND(t) and RECV(t) post
+  t and are passed at once (isend / irecv); only the consuming compute waits for the data.
+- rendezvous (blocking, MPI Ssend/Recv style): SEND(t) blocks its device until RECV(t) has been
+  posted (the receiver's walk reached it); RECV(t) blocks its device until t has arrived.
+- batched (NCCL groups, Megatron's p2p_communication): a maximal run of consecutive SEND/RECV
+  cells in a row is one group; reaching it posts every cell of the group, and the device is
+  blocked until every transfer of the group (sent or received) has arrived.
 
 A transfer is issued once its producer has ended and its SEND is posted, and under rendezvous
 and batched also its RECV; it then holds its link direction (first come, first served) for
@@ -102,8 +102,14 @@ def _wait_of(prog: Program, st: StuckState, d: int, semantics: str) -> Wait:
                 return Wait(d, col, str(a), f"needs {prog.action(y)}, which comes later in this "
                             "device's row", d)
         t = int(prog.c_in_transfer[x])
-        return Wait(d, col, str(a), f"needs {recv_action(prog, t)}, which comes later in this "
-                    "device's row", d)
+        if not st.recv_posted[t]:
+            return Wait(d, col, str(a), f"needs {recv_action(prog, t)}, which comes later in this "
+                        "device's row", d)
+        src = int(prog.t_src[t])
+        prod = prog.action(int(prog.t_producer[t]))
+        if not st.prod_done[t]:
+            return Wait(d, col, str(a), f"waits for the output of {prod} on device {src}", src)
+        return Wait(d, col, str(a), f"waits for device {src} to post {send_action(prog, t)}", src)
     cells = [(int(prog.row_type[d][q]), int(prog.row_id[d][q]))
              for q in range(p, int(prog.row_group_end[d][p]))] if semantics == BATCHED else [(ty, x)]
     for cty, t in cells:

@@ -48,7 +48,6 @@ class StuckState:
     recv_posted: list[bool]
     prod_done: list[bool]
     arrived: list[bool]
-    recv_done: list[bool]
     memory_blocked: list[int]           # ready_first: devices holding back a ready F
 
 
@@ -72,7 +71,6 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
     prod_done = [False] * n_t
     issued = [False] * n_t
     arrived = [False] * n_t
-    recv_done = [False] * n_t
     link_free = [0.0] * max(1, len(prog.links))
     pos = [0] * n_d
     rlen = [len(r) for r in rtype]
@@ -112,7 +110,7 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
                         pos[d] = p
                         return
                 t = in_t[x]
-                if t >= 0 and not recv_done[t]:
+                if t >= 0 and not (recv_posted[t] and arrived[t]):
                     pos[d] = p
                     return
                 start[x] = now
@@ -140,8 +138,6 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
                 if not done:
                     pos[d] = p
                     return
-                for q in range(p, g):
-                    recv_done[ids[q]] = True
                 p = g
                 continue
             if ty == CELL_SEND:
@@ -157,10 +153,9 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
                 if not eager:
                     issue(x, now)
                     wake.append(t_src[x])
-            if not arrived[x]:
+            if not eager and not arrived[x]:
                 pos[d] = p
                 return
-            recv_done[x] = True
             p += 1
         pos[d] = p
 
@@ -193,7 +188,7 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
     stuck = None
     if any(pos[d] < rlen[d] for d in range(n_d)) or any(e < 0.0 for e in end):
         stuck = StuckState(pos, [e >= 0.0 for e in end], send_posted, recv_posted, prod_done,
-                           arrived, recv_done, [])
+                           arrived, [])
     return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
                tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
                np.zeros(n_d), stuck)
@@ -336,7 +331,7 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
     stuck = None
     if any(e < 0.0 for e in end):
         held = [d for d in range(n_d) if hf[d]]
-        stuck = StuckState([len(o) for o in order], [e >= 0.0 for e in end], [], [], [], [], [], held)
+        stuck = StuckState([len(o) for o in order], [e >= 0.0 for e in end], [], [], [], [], held)
     return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
                tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
                np.array(blocked_total), stuck)
