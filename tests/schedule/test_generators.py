@@ -185,3 +185,24 @@ def test_corrupting_a_named_table_is_caught(name):
         del rows[d][c]
         with pytest.raises(ScheduleError, match="missing|no matching"):
             validate(t.with_rows(rows))
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 3), (4, 8), (4, 16), (8, 16)])
+def test_zbh2_is_the_papers_parallelogram_at_unit_costs(p, m):
+    # Device d is busy for 3m consecutive unit slots starting at slot d: no bubble inside.
+    t = build_schedule("zbh2", p, m)
+    assert max(len(r) for r in t.rows) == 3 * m + p - 1
+    for d, row in enumerate(t.rows):
+        busy = [c for c, a in enumerate(row) if a is not None]
+        assert busy == list(range(d, d + 3 * m))
+
+
+def test_chimera_sends_half_the_microbatches_up_the_reversed_pipeline():
+    p, m = 4, 8
+    t = build_schedule("chimera", p, m)
+    for k in range(m):
+        for s in range(p):
+            assert t.device_of(s, k) == (p - 1 - s if k % 2 else s)
+    # Every device holds one stage of each direction and runs both.
+    for d in range(p):
+        assert {a.stage for a in t.actions(d)} == {d, p - 1 - d}
