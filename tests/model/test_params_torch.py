@@ -28,3 +28,31 @@ def test_counts_equal_torch_module_parameters(name):
         assert layer_params(x) == sum(p.numel() for p in module.parameters()), x.label
         compared += 1
     assert compared >= 6
+
+
+def test_gemm_flops_equal_torch_flop_counter():
+    """The analytic weight-GEMM FLOPs equal what torch's FlopCounterMode counts for the
+    runtime's modules (matrix products as `aten.mm`; MoE experts in total)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from octopipe.cost.analytic import AnalyticCostModel
+    from octopipe.runtime.layers.build import carry_shape
+    from octopipe.runtime.stage import microbatch
+
+    cm = AnalyticCostModel()
+    checked = set()
+    for name in ("tiny_hybrid", "tiny_moe"):
+        m = build_model(OmegaConf.load(CONF / f"{name}.yaml"))
+        batch = microbatch(m, 0, 0, 0)
+        for i, x in enumerate(m.layers):
+            if x.kind not in (LayerKind.MLP, LayerKind.ATTENTION, LayerKind.MAMBA2,
+                              LayerKind.LINEAR_ATTENTION, LayerKind.MOE, LayerKind.HEAD):
+                continue
+            counter = FlopCounterMode(display=False)
+            with counter, torch.no_grad():
+                build_layer(m, i)(torch.randn(carry_shape(m, i - 1)), batch)
+            ops = {str(k): v for k, v in counter.get_flop_counts().get("Global", {}).items()}
+            got = counter.get_total_flops() if x.kind is LayerKind.MOE else ops.get("aten.mm", 0)
+            assert got == cm.work(x, m).gemm_flops, x.label
+            checked.add(x.kind)
+    assert len(checked) == 6
