@@ -286,3 +286,22 @@ def test_from_config_reads_the_shipped_yaml():
     cfg = OmegaConf.load(CONF.parent / "cost" / "analytic.yaml")
     cm = AnalyticCostModel.from_config(cfg)
     assert (cm.efficiency, cm.tp, cm.recompute, cm.bytes_per_param) == (0.5, 1, "none", 18)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(heads=st.sampled_from([1, 2, 4, 8]), group=st.sampled_from([1, 2, 4]),
+       head_dim=st.sampled_from([8, 16, 64]), seq=st.integers(4, 512), b=st.integers(1, 4))
+def test_work_scales_with_batch_and_sequence(heads, group, head_dim, seq, b):
+    kv = max(heads // group, 1)
+    attn = LayerSpec(K.ATTENTION, heads * head_dim, heads=heads, kv_heads=kv, head_dim=head_dim)
+    cm = AnalyticCostModel()
+    one, many = cm.work(attn, single(attn, seq, 1)), cm.work(attn, single(attn, seq, b))
+    for name in ("gemm_flops", "core_flops", "act_bytes", "w_act_bytes", "out_bytes"):
+        assert getattr(many, name) == pytest.approx(b * getattr(one, name))
+    longer = cm.work(attn, single(attn, 2 * seq, 1))
+    assert longer.gemm_flops == pytest.approx(2 * one.gemm_flops)     # linear in s
+    assert longer.core_flops == pytest.approx(4 * one.core_flops)     # quadratic in s (causal)
+    assert one.weight_bytes == 2 * layer_params(attn)
