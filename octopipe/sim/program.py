@@ -11,7 +11,9 @@ new durations cheaply. Ids are dense integers:
 - rows: per device, the cells the device executes in order: a compute node, the SEND of a
   transfer, or its RECV. Lowered tables give their own SEND/RECV cells (torch's convention, see
   `octopipe.schedule.lower`); compute-only tables get them implicitly: each RECV right before
-  the compute that consumes it and each SEND right after the compute that produces it.
+  the compute that consumes it and each SEND right after the compute that produces it (under
+  batched semantics a SEND and the next compute's RECV then form one group, Megatron's
+  send_forward_recv_backward).
 
 Data edges follow `octopipe.schedule.validate.data_predecessors`: F(s,m) after F(s-1,m); I or
 B(s,m) after F(s,m) and after I/B(s+1,m); W(s,m) after I(s,m).

@@ -139,3 +139,28 @@ def test_jitter_is_seeded_and_monte_carlo_spreads():
     assert mc.std > 0 and mc.percentile(90) >= mc.percentile(50)
     slow = sim.monte_carlo(5, Jitter(slow_prob=1.0, slow_factor=2.0), seed=1)
     assert slow.mean == pytest.approx(2 * sim.run().makespan)
+
+
+def test_bfw_hint_defers_weight_gradients_behind_forwards():
+    from octopipe.schedule.action import Action, ActionKind
+    F, I, W = ActionKind.F, ActionKind.I, ActionKind.W
+    rows = [[Action(0, F, 0), Action(0, F, 1), Action(0, I, 0), Action(0, W, 0), Action(0, I, 1), Action(0, W, 1)],
+            [Action(1, F, 0), Action(1, I, 0), Action(1, W, 0), Action(1, F, 1), Action(1, I, 1), Action(1, W, 1)]]
+    t = ScheduleTable.from_rows(rows, (0, 1), 2)
+    sim = Simulator(t).uniform(1.0, 2.0, w=1.0)
+    as_table = [str(a) for a in sim.run(policy="ready_first").executed_table().rows[1]]
+    bfw = [str(a) for a in sim.run(policy="ready_first", hint="bfw").executed_table().rows[1]]
+    assert as_table == ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"]
+    assert bfw == ["1F0", "1I0", "1F1", "1I1", "1W0", "1W1"]
+
+
+def test_memory_over_capacity_is_reported_and_an_error_when_checked():
+    from octopipe.errors import InfeasibleError
+    cost = CostTable.uniform(4, act_bytes=10.0, static_bytes=5.0)
+    small = make_cluster(2, memory=50.0)
+    res = simulate(gpipe_table(2, 4), cost, small)
+    assert res.over_capacity == (0, 1)   # 2 layers x (5 static + 4 x 10 activations) = 90 > 50
+    with pytest.raises(InfeasibleError, match="device 0"):
+        simulate(gpipe_table(2, 4), cost, small, check_memory=True)
+    limited = simulate(gpipe_table(2, 4), cost, small, policy="ready_first", memory_limit=True)
+    assert limited.peak_memory.max() <= 50.0 and not limited.over_capacity
