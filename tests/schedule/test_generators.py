@@ -187,9 +187,9 @@ def test_corrupting_a_named_table_is_caught(name):
             validate(t.with_rows(rows))
 
 
-@pytest.mark.parametrize("p,m", [(2, 4), (3, 3), (4, 8), (4, 16), (8, 16)])
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 5), (4, 8), (4, 16), (8, 16)])
 def test_zbh2_is_the_papers_parallelogram_at_unit_costs(p, m):
-    # Device d is busy for 3m consecutive unit slots starting at slot d: no bubble inside.
+    # With m >= 2p-1, device d is busy for 3m consecutive unit slots from slot d: no bubble inside.
     t = build_schedule("zbh2", p, m)
     assert max(len(r) for r in t.rows) == 3 * m + p - 1
     for d, row in enumerate(t.rows):
