@@ -204,3 +204,24 @@ def test_torch_refuses_chimera_replicas(tmp_path):
     with pytest.raises(AssertionError, match="is assigned to both rank"):
         torch_runtime(4, 4, 8)._load_csv(str(path))
     assert read_csv(path, name=t.name) == t
+
+
+@pytest.mark.parametrize("name,p,m,chunks", [("Interleaved1F1B", 4, 8, 2), ("InterleavedZeroBubble", 3, 6, 2),
+                                              ("ZBVZeroBubble", 4, 8, 2), ("DualPipeV", 4, 8, 2),
+                                              ("LoopedBFS", 3, 6, 2)])
+def test_csv_dumped_by_torch_reads_back(name, p, m, chunks, tmp_path):
+    """torch's `_dump_csv` in both formats (with its UNSHARD/RESHARD/REDUCE_GRAD cells and
+    DualPipeV's OVERLAP_F_B groups) reads into the compute order torch scheduled; its lowered
+    form passes our `validate_lowered` (read_csv checks it)."""
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank, stage.group_size, stage.submod, stage.num_stages = 0, p, None, p * chunks
+    sched = get_schedule_class(name)([stage] * chunks, m)
+    expected = [[str(x) for a in sched.pipeline_order[d] if a is not None for x in (a.sub_actions or (a,))
+                 if x.microbatch_index is not None] for d in range(p)]
+    for fmt in ("compute_only", "compute_comms"):
+        sched._dump_csv(str(tmp_path / "t.csv"), fmt)
+        t = read_csv(tmp_path / "t.csv")
+        assert t.is_lowered == (fmt == "compute_comms")
+        assert [[str(a) for a in t.actions(d) if a.kind.is_compute] for d in range(p)] == expected
