@@ -164,3 +164,20 @@ def test_memory_over_capacity_is_reported_and_an_error_when_checked():
         simulate(gpipe_table(2, 4), cost, small, check_memory=True)
     limited = simulate(gpipe_table(2, 4), cost, small, policy="ready_first", memory_limit=True)
     assert limited.peak_memory.max() <= 50.0 and not limited.over_capacity
+
+
+def test_replicated_stages_count_static_memory_twice_and_partitions_rebind():
+    from octopipe.schedule.library import build_schedule
+    from octopipe.sim.durations import bind
+    cost = CostTable.uniform(8, f=1.0, i=1.0, w=1.0, static_bytes=1.0)
+    chim = simulate(build_schedule("chimera", 4, 4), cost, make_cluster(4))
+    gp = simulate(build_schedule("gpipe", 4, 4), cost, make_cluster(4))
+    assert chim.static_memory.tolist() == pytest.approx([4.0] * 4)
+    assert gp.static_memory.tolist() == pytest.approx([2.0] * 4)
+    sim = Simulator(gpipe_table(2, 3))
+    even = sim.run(bind(sim.program, ((0, 4), (4, 8)), cost, make_cluster(2)))
+    skew = sim.run(bind(sim.program, ((0, 6), (6, 8)), cost, make_cluster(2)))
+    assert even.makespan == pytest.approx((3 + 1) * 12.0)
+    # stage 0: F 6, B 12; stage 1: F 2, B 4. Device 1's B0 ends at 18 + 2 + 4 = 24, then device
+    # 0 runs its three B back to back: 24 + 3 x 12
+    assert skew.makespan == pytest.approx(60.0)
