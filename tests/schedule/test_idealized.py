@@ -186,8 +186,9 @@ def test_hanayo_formula_holds_for_unit_slots_only():
 def test_zero_bubble_forms_count_no_warm_up(p, m):
     """At F = I = W, ZB-H2 and ZB-V have a zero bubble by formula (the paper counts the steady
     state, the optimizer step's post-validation removing the rest); the strict-order table keeps
-    the warm-up: p-1 idle slots per device for ZB-H2 (its parallelogram) and ZB-V. DualPipeV's form with no
-    F&B overlap gain, (p-1)(F+2I-W) = 2(p-1), overestimates its table's p-1 idle slots."""
+    the warm-up: p-1 idle slots per device for ZB-H2 (its parallelogram) and ZB-V. DualPipeV's
+    form with no F&B overlap gain, (p-1)(F+2I-W) = 2(p-1), overestimates its table's p-1 idle
+    slots."""
     for name, idle in [("zbh2", p - 1), ("zbv", p - 1), ("dualpipev", p - 1)]:
         it = idealize(build_schedule(name, p, m), "1:1:1")
         np.testing.assert_allclose(it.makespan - it.busy, idle)
