@@ -164,18 +164,12 @@ def _inflight_zbh2(p: int, d: int, m: int, v: int) -> float:
 
 
 def _inflight_zbv(p: int, d: int, m: int, v: int) -> float:
-    """ZB-V, Qi et al. 2024 §6: peak activation memory p·M_B (M_B = one micro-batch on a whole
-    device = 2 chunk units), i.e. 2p, on every device once m ≥ 2p-1 fills the warm-up. With
-    fewer micro-batches the warm-up holds every chunk-0 forward plus the chunk-1 forwards that
-    fit before the first chunk-1 backward: min(2p, 2m - ... ) as derived from the V warm-up."""
-    if m >= 2 * p - 1:
-        return float(2 * p)
-    # chunk-0 forwards issued before the first chunk-1 W on device d, capped by m, plus the
-    # chunk-1 forwards issued in the same window (d of them in the paired warm-up, one more in
-    # the first F-I-W triple).
-    chunk0 = min(m, 2 * (p - d) - 1 + d)
-    chunk1 = min(m, d + 1)
-    return float(chunk0 + chunk1)
+    """ZB-V, Qi et al. 2024 §6: peak activation memory p·M_B, with M_B one micro-batch on a whole
+    device (2 chunk units), i.e. 2p on every device. In the V warm-up device d runs 2p-1-d
+    chunk-0 forwards and d+1 chunk-1 forwards before its first W frees anything; with fewer than
+    2p-1 micro-batches (torch idles the surplus cells) each count is capped by m:
+    min(m, 2p-1-d) + min(m, d+1)."""
+    return float(min(m, 2 * p - 1 - d) + min(m, d + 1))
 
 
 def _inflight_dualpipev(p: int, d: int, m: int, v: int) -> float:
@@ -221,18 +215,29 @@ _INFLIGHT: dict[str, Callable[[int, int, int, int], float]] = {
     "zbv": _inflight_zbv, "dualpipev": _inflight_dualpipev, "chimera": _inflight_chimera,
     "hanayo": _inflight_hanayo, "pipedream": _inflight_pipedream,
 }
-_NATURAL_CHUNKS = {"interleaved": 2, "looped_bfs": 2, "zbv": 2, "dualpipev": 2, "hanayo": 2}
+_CHUNK_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
+    "gpipe": (lambda v: v == 1, "chunks = 1"), "1f1b": (lambda v: v == 1, "chunks = 1"),
+    "zbh2": (lambda v: v == 1, "chunks = 1"), "pipedream": (lambda v: v == 1, "chunks = 1"),
+    "chimera": (lambda v: v == 1, "chunks = 1 per direction"),
+    "zbv": (lambda v: v == 2, "chunks = 2"), "dualpipev": (lambda v: v == 2, "chunks = 2"),
+    "hanayo": (lambda v: v % 2 == 0, "an even number of chunks (2 per wave)"),
+}
 
 
 def _resolve(name: str, n_devices: int, n_microbatches: int, chunks: int | None) -> int:
+    from octopipe.schedule.library import SCHEDULES
+
     if name not in _BUBBLE:
         raise ScheduleError(f"no formula for schedule {name!r}; known: {', '.join(sorted(_BUBBLE))}")
     if n_devices < 1 or n_microbatches < 1:
         raise ScheduleError(f"n_devices and n_microbatches must be at least 1, got "
                             f"{n_devices} and {n_microbatches}")
-    v = _NATURAL_CHUNKS.get(name, 1) if chunks is None else int(chunks)
+    v = SCHEDULES[name].default_chunks if chunks is None else int(chunks)
     if v < 1:
         raise ScheduleError(f"chunks must be at least 1, got {chunks}")
+    rule = _CHUNK_RULES.get(name)
+    if rule is not None and not rule[0](v):
+        raise ScheduleError(f"{name} needs {rule[1]}, got chunks={v}")
     return v
 
 

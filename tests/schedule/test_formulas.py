@@ -97,3 +97,13 @@ def test_unit_slot_idle_ratio_of_gpipe_and_1f1b_is_the_closed_form(name, p, m):
     makespan = max(len(r) for r in aligned)
     busy = sum(len(r) for r in t.rows)
     assert 1 - busy / (p * makespan) == pytest.approx(bubble_ratio(name, p, m))
+
+
+def test_formulas_refuse_chunk_counts_the_schedule_cannot_build():
+    with pytest.raises(ScheduleError, match="zbv needs chunks = 2"):
+        inflight_microbatches("zbv", 4, 0, 8, chunks=3)
+    with pytest.raises(ScheduleError, match="even number of chunks"):
+        bubble_ratio("hanayo", 4, 8, chunks=3)
+    for name, info in SCHEDULES.items():  # chunks=None is the registry's natural count
+        assert inflight_microbatches(name, 4, 0, 8) == inflight_microbatches(
+            name, 4, 0, 8, chunks=info.default_chunks)

@@ -5,7 +5,7 @@ from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
 from octopipe.errors import ScheduleError
-from octopipe.schedule.action import Action, ActionKind, B, F, I, W
+from octopipe.schedule.action import Action, B, F, I, W
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import data_predecessors
 
@@ -129,6 +129,3 @@ def list_schedule(devices_of: Callable[[Action], int], n_devices: int, n_stages:
             r.pop()
     return rows
 
-
-def kind_rank(kind: ActionKind, order: Sequence[ActionKind]) -> int:
-    return list(order).index(kind)

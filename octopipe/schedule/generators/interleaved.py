@@ -9,7 +9,7 @@ m mod rounds groups one extra micro-batch, which reproduces torch exactly where 
 from __future__ import annotations
 
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.schedule.generators._common import Row, check_shape, require, table
+from octopipe.schedule.generators._common import Row, check_shape, table
 from octopipe.schedule.table import ScheduleTable, loop_placement
 
 
@@ -75,7 +75,6 @@ def interleaved_row(n_devices: int, device: int, n_microbatches: int, chunks: in
 def interleaved(n_devices: int, n_microbatches: int, chunks: int = 2) -> ScheduleTable:
     """Interleaved 1F1B over `chunks` looped stages per device, torch's time-aligned table."""
     check_shape("interleaved", n_devices, n_microbatches, chunks)
-    require(chunks >= 1, "interleaved needs at least one chunk per device")
     rows = [interleaved_row(n_devices, d, n_microbatches, chunks, zero_bubble=False)
             for d in range(n_devices)]
     return table(rows, loop_placement(n_devices, chunks), n_microbatches, "interleaved")
