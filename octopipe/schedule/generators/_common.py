@@ -94,6 +94,9 @@ def list_schedule(devices_of: Callable[[Action], int], n_devices: int, n_stages:
                 a = Action(s, k, mb)
                 pending[devices_of(a)].append(a)
     split_set = {(s, mb) for s in range(n_stages) for mb in range(n_microbatches)} if split else set()
+    preds = {a: data_predecessors(a, n_stages, split_set) for row in pending for a in row}
+    for row in pending:
+        row.sort(key=priority)
     frees = W if split else B
     done: set[Action] = set()
     live: dict[Pool, int] = defaultdict(int)
@@ -108,9 +111,9 @@ def list_schedule(devices_of: Callable[[Action], int], n_devices: int, n_stages:
                     pool = pool_of(a)
                     if pool in caps and live[pool] >= caps[pool]:
                         continue
-                if all(p in done for p in data_predecessors(a, n_stages, split_set)):
-                    if best is None or priority(a) < priority(best):
-                        best = a
+                if all(p in done for p in preds[a]):
+                    best = a
+                    break
             rows[d].append(best)
             if best is not None:
                 pending[d].remove(best)
