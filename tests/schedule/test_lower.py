@@ -1,16 +1,21 @@
 """Lowering: SEND/RECV pairing, order consistency, V-turns, replicas, and torch's own lowering."""
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 from torch.distributed.pipelining.schedules import _Action as TorchAction
 from torch.distributed.pipelining.schedules import _add_send_recv
 
 from octopipe.errors import DeadlockError, ScheduleError
-from octopipe.schedule.action import (RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F)
+from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I, W
 from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.lower import lower, peer_of, validate_lowered
 from octopipe.schedule.table import ScheduleTable, v_placement
+from octopipe.schedule.validate import data_predecessors
 
 
 def one_f_one_b(p: int, m: int) -> ScheduleTable:
@@ -259,3 +264,42 @@ def test_chimera_needs_per_microbatch_routing_that_torch_lacks():
     with pytest.raises(AssertionError, match="Malformed compute schedule"):
         _add_send_recv(compute, lambda s: t.placement[s], t.n_stages)
     validate_lowered(lower(t))
+
+
+# ------------------------------------------------------------- property: any valid table
+
+@st.composite
+def random_tables(draw):
+    """Any placement (a second replica placement for some micro-batches too), any B or I/W mix,
+    rows cut from one random topological order of the data dependencies."""
+    p = draw(st.integers(1, 4))
+    n_s = draw(st.integers(1, 5))
+    m = draw(st.integers(1, 4))
+    places = [tuple(draw(st.lists(st.integers(0, p - 1), min_size=n_s, max_size=n_s)))
+              for _ in range(draw(st.integers(1, 2)))]
+    mb_replica = tuple(draw(st.integers(0, len(places) - 1)) for _ in range(m)) if len(places) > 1 else ()
+    split = {(s, k) for s in range(n_s) for k in range(m) if draw(st.booleans())}
+    rng = random.Random(draw(st.integers(0, 2**31)))
+    t = ScheduleTable(tuple(() for _ in range(p)), places[0], m, "random", tuple(places[1:]), mb_replica)
+    acts = [Action(s, F, k) for s in range(n_s) for k in range(m)]
+    acts += [Action(s, x, k) for s in range(n_s) for k in range(m)
+             for x in ((I, W) if (s, k) in split else (B,))]
+    done: set[Action] = set()
+    rows: list[list[Action]] = [[] for _ in range(p)]
+    while len(done) < len(acts):
+        a = rng.choice([a for a in acts if a not in done
+                        and all(q in done for q in data_predecessors(a, n_s, split))])
+        done.add(a)
+        rows[t.device_of(a.stage, a.microbatch)].append(a)
+    return t.with_rows(rows)
+
+
+@settings(max_examples=80, deadline=None)
+@given(random_tables())
+def test_any_valid_table_lowers_to_a_consistent_deadlock_free_table(t):
+    low = lower(t)
+    validate_lowered(low)
+    assert low.compute_only() == t
+    crossings = sum(t.device_of(s, k) != t.device_of(s + 1, k)
+                    for s in range(t.n_stages - 1) for k in range(t.n_microbatches))
+    assert sum(a.kind.is_comm for _, a in low) == 4 * crossings
