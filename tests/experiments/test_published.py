@@ -82,6 +82,7 @@ def test_baselines_partitions_and_placements():
     prof = load_preset("nemotron_nano_v2_9b")
     costs = profile_cost_table(prof, ProfileOptions("type", 0.5, 0.1))
     plans = baseline_plans(costs, 4, 8, 2, table_of=gpipe_like)
+    assert lower_bound_s(costs, 4, 8) == pytest.approx(0.8572)
     assert set(plans) == {"s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced"}
     assert [hi - lo for lo, hi in plans["s1f1b"].partition] == [14] * 4
     assert [hi - lo for lo, hi in plans["interleaved"].partition] == [7] * 8
