@@ -1,4 +1,11 @@
-"""Named schedule generators: pure functions (n_devices, n_microbatches, chunks) -> ScheduleTable."""
+"""Named schedule generators: pure functions (n_devices, n_microbatches, chunks) -> ScheduleTable.
+
+Each family fixes its placement style (loop, V or bidirectional; see library.SCHEDULES). Tables
+that torch also builds keep torch's idle cells (interleaved, looped_bfs, zbv; zbh1 is aligned by
+the full dependency rule); tables built by unit-slot list scheduling (zbh2, chimera, hanayo) are
+time-aligned at unit costs; the others (gpipe, 1f1b, pipedream, dualpipev) are compact. An
+impossible request raises ScheduleError naming the constraint and a shape that satisfies it.
+"""
 from octopipe.schedule.generators.chimera import chimera
 from octopipe.schedule.generators.dualpipev import dualpipev
 from octopipe.schedule.generators.gpipe import gpipe

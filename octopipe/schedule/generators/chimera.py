@@ -18,7 +18,8 @@ def chimera(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTab
     check_shape("chimera", n_devices, n_microbatches, chunks)
     p, m = n_devices, n_microbatches
     require(p % 2 == 0, f"chimera pairs each down stage with an up stage on the same device and "
-            f"needs an even number of devices, got n_devices={p}; use {p + 1} or {max(2, p - 1)}")
+            f"needs an even number of devices, got n_devices={p}; use "
+            f"{p + 1 if p == 1 else f'{p - 1} or {p + 1}'}")
     require(m % 2 == 0, f"chimera splits the micro-batches evenly between its two pipelines and "
             f"needs an even count, got n_microbatches={m}; use {m + 1}")
     require(chunks == 1, f"chimera holds one stage per pipeline per device (chunks=1), got "
