@@ -1,6 +1,7 @@
 """Plan JSON: lossless round trips, the CSV beside it, and clear errors on bad documents."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,8 +12,8 @@ from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv
 from octopipe.schedule.lower import lower
-from octopipe.schedule.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file, plan_to_doc,
-                                       save_plan)
+from octopipe.schedule.plan_io import (FORMAT_VERSION, action_costs, load_plan, load_schedule_file,
+                                       plan_to_doc, save_plan)
 from octopipe.schedule.table import ScheduleTable, v_placement
 
 
@@ -100,3 +101,19 @@ def test_meta_that_json_cannot_hold_is_refused(tmp_path):
     with pytest.raises(ScheduleError, match="plan.meta.f holds a object"):
         save_plan(plan, tmp_path / "p.json")
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "p.csv").exists()
+
+
+def test_action_costs_from_a_cost_table_travel_with_the_plan(tmp_path):
+    from octopipe.cost.table import CostTable
+
+    table = v_table(2, 2)  # 4 stages on 2 devices
+    plan = Plan(((0, 1), (1, 3), (3, 4), (4, 6)), table)
+    base = CostTable.uniform(6, f=1.0, i=2.0, w=0.5, kinds=("fast", "slow"))
+    costs = dataclasses.replace(base, f=base.f * [1.0, 2.0])  # the slow kind doubles F
+    seconds = action_costs(plan, costs, kind_of_device=(0, 1))
+    assert seconds["0F0"] == 1.0 and seconds["1F1"] == 2 * 2.0  # stage 1: 2 layers on device 1
+    assert seconds["3B0"] == 2 * 2.5  # stage 3: 2 layers, B = I + W
+    with_costs = Plan(plan.partition, table, meta={"action_costs": seconds})
+    assert load_plan(save_plan(with_costs, tmp_path / "p.json")).meta["action_costs"] == seconds
+    with pytest.raises(ScheduleError, match="kind_of_device lists 1 devices; the table uses 2"):
+        action_costs(plan, costs, (0,))
