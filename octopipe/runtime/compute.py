@@ -1,8 +1,10 @@
 """What a rank does for F, I, W and B of one (stage, micro-batch): real layers or emulation.
 
-Real: F keeps each layer's input and output; B is one autograd pass over the stage; I walks
-the layers backwards computing input gradients only (graph kept) and remembers each layer's
-output gradient; W later asks autograd for that layer's parameter gradients from what I kept.
+Real: F keeps the stage's input and output; B is one autograd pass over the stage; I computes
+the input gradient only and keeps, through torch.distributed.pipelining's split-backward
+helpers, the gradients of the intermediate nodes that feed the parameters; W later turns those
+into parameter gradients without re-running the input path. A stage without a float input (the
+one holding the embedding) has no input gradient: its I is empty and its W does the pass.
 Emulated: each action sleeps its modelled duration and produces a buffer of the modelled size,
 so that transfers are real while the CPU stays free.
 """
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.stage import StageModule, microbatch
 
@@ -20,8 +24,9 @@ from octopipe.runtime.stage import StageModule, microbatch
 @dataclass
 class _Saved:
     x_in: torch.Tensor | None
-    ios: list[tuple[torch.Tensor | None, torch.Tensor]]   # per layer: (input, output)
-    grads_out: list[torch.Tensor] = field(default_factory=list)
+    out: torch.Tensor
+    grad_out: torch.Tensor | None = None
+    param_groups: list = field(default_factory=list)
 
 
 class RealCompute:
@@ -52,12 +57,10 @@ class RealCompute:
     def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
         if x is not None and x.is_floating_point():
             x = x.detach().requires_grad_(True)
-        batch, ios, h = self.batch(mb), [], x
-        for layer in self.modules[stage].layers.values():
-            out = layer(h, batch)
-            ios.append((h, out))
-            h = out
-        self.saved[(stage, mb)] = _Saved(x, ios)
+        h = self.modules[stage](x, self.batch(mb))
+        if h._is_view():
+            h = h.clone()   # the split backward detaches the output in place, which views forbid
+        self.saved[(stage, mb)] = _Saved(x, h)
         if stage == self.n_stages - 1:
             self.losses[mb] = float(h.detach())
         return h.detach()
@@ -78,29 +81,27 @@ class RealCompute:
         params = [p for p in self.modules[stage].parameters() if p.requires_grad]
         wants_input = sv.x_in is not None and sv.x_in.requires_grad
         inputs = ([sv.x_in] if wants_input else []) + params
-        grads = torch.autograd.grad(sv.ios[-1][1], inputs, self._grad_out(stage, grad), allow_unused=True)
+        grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
         self._accumulate(params, grads[1:] if wants_input else grads)
         return grads[0] if wants_input else None
 
     def backward_input(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         sv = self.saved[(stage, mb)]
-        g = self._grad_out(stage, grad)
-        grads_out = []
-        for inp, out in reversed(sv.ios):
-            grads_out.append(g)
-            if inp is None or not inp.requires_grad:
-                g = None
-                break
-            (g,) = torch.autograd.grad(out, inp, g, retain_graph=True)
-        sv.grads_out = grads_out[::-1]
-        return g
+        sv.grad_out = self._grad_out(stage, grad)
+        if sv.x_in is None or not sv.x_in.requires_grad:
+            return None
+        (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
+                                                      self.modules[stage].parameters())
+        return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:
         sv = self.saved.pop((stage, mb))
-        for layer, (_, out), g in zip(self.modules[stage].layers.values(), sv.ios, sv.grads_out):
-            params = [p for p in layer.parameters() if p.requires_grad]
-            if params:
-                self._accumulate(params, torch.autograd.grad(out, params, g, allow_unused=True))
+        mod = self.modules[stage]
+        if sv.x_in is None or not sv.x_in.requires_grad:
+            params = [p for p in mod.parameters() if p.requires_grad]
+            self._accumulate(params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
+        else:
+            stage_backward_weight(mod.parameters(), sv.param_groups)
 
     def named_grads(self) -> dict[str, torch.Tensor]:
         out = {}

@@ -231,7 +231,8 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
         control.fail(rank, "stopped because another rank failed", "", peer=True)
         os._exit(1)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
-        control.fail(rank, f"{type(e).__name__}: {e}", traceback.format_exc(),
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        control.fail(rank, f"{type(e).__name__}: {first}", traceback.format_exc(),
                      peer=isinstance(e, ConnectionError))
         os._exit(1)
     os._exit(0)

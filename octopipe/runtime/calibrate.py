@@ -1,0 +1,75 @@
+"""The machine the runtime runs on, as the simulator sees it: one device kind for the local
+processor and a link whose latency and bandwidth are measured by a gloo ping-pong on loopback."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from octopipe.cluster import Cluster, DeviceKind, Link
+
+SIZES = (1, 1 << 18)         # float32 elements: a latency probe and a 1 MiB probe
+
+
+def _pingpong(rank: int, port: int, repeats: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    times = {}
+    for n in SIZES:
+        buf = torch.zeros(n)
+        samples = []
+        for _ in range(repeats + 2):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            samples.append((time.perf_counter() - t0) / 2)
+        times[n] = sorted(samples[2:])[len(samples[2:]) // 2]
+    if rank == 0:
+        Path(out).write_text(json.dumps({str(k): v for k, v in times.items()}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure_loopback(repeats: int = 20, cache: Path | None = None) -> Link:
+    """Latency and bandwidth of a gloo message between two local processes (median one-way)."""
+    if cache is not None and cache.exists():
+        d = json.loads(cache.read_text())
+        return Link(d["name"], d["bandwidth"], d["latency"])
+    from octopipe.runtime.launch import free_port
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"octopipe-pingpong-{os.getpid()}.json"
+    mp.start_processes(_pingpong, args=(free_port(), repeats, str(tmp)), nprocs=2, start_method="spawn")
+    t = {int(k): v for k, v in json.loads(tmp.read_text()).items()}
+    tmp.unlink()
+    small, big = t[SIZES[0]], t[SIZES[1]]
+    bandwidth = (SIZES[1] - SIZES[0]) * 4 / max(big - small, 1e-9)
+    link = Link("gloo-loopback", bandwidth, small)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"name": link.name, "bandwidth": link.bandwidth, "latency": link.latency}))
+    return link
+
+
+def local_device_kind(device: str = "cpu") -> DeviceKind:
+    """The local processor as a device kind; its nominal peak only feeds MFU-style ratios (the
+    simulator's times come from measured costs)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return DeviceKind(f"local-{props.name}", 1e15, float(props.total_memory), 3e12)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return DeviceKind("local-cpu", 1e11, float(memory), 2e10)
+
+
+def local_cluster(n: int, link: Link, kind: DeviceKind | None = None) -> Cluster:
+    """`n` pipeline ranks on this machine, every pair joined by `link`."""
+    kind = kind or local_device_kind()
+    return Cluster(f"local{n}", (kind,), (0,) * n, (0,) * n, link, link)
