@@ -6,6 +6,7 @@ from typing import Callable
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule import generators as gen
+from octopipe.schedule.generators._common import PLACEMENT_STYLES
 from octopipe.schedule.table import ScheduleTable
 
 Generator = Callable[[int, int, int], ScheduleTable]
@@ -61,11 +62,36 @@ def schedule_info(name: str) -> ScheduleInfo:
         raise ScheduleError(f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULES)}") from None
 
 
-def build_schedule(name: str, n_devices: int, n_microbatches: int,
-                   chunks: int | None = None) -> ScheduleTable:
-    """The table of schedule `name`; `chunks=None` takes the schedule's natural chunk count."""
+def build_schedule(name: str, n_devices: int, n_microbatches: int, chunks: int | None = None,
+                   placement: str | None = None) -> ScheduleTable:
+    """The table of schedule `name`; `chunks=None` takes the schedule's natural chunk count and
+    `placement=None` its own placement style (only looped_bfs also offers "v")."""
     info = schedule_info(name)
-    return info.generator(n_devices, n_microbatches, info.default_chunks if chunks is None else chunks)
+    v = info.default_chunks if chunks is None else chunks
+    if placement is None or placement == info.placement or _same_map(info.placement, placement,
+                                                                      n_devices, v):
+        return info.generator(n_devices, n_microbatches, v)
+    if name in _PLACEMENT_CHOICES:
+        return info.generator(n_devices, n_microbatches, v, placement=placement)
+    why = _PLACEMENT_FIXED.get(name, "its order is derived for that placement")
+    raise ScheduleError(f"{name} uses placement {info.placement!r} only ({why}), got "
+                        f"placement={placement!r}; omit placement or pick looped_bfs for 'v'")
+
+
+def _same_map(style: str, other: str, n_devices: int, chunks: int) -> bool:
+    """Whether two placement styles give the same stage → device map (e.g. any style, 1 chunk)."""
+    styles = PLACEMENT_STYLES
+    return (style in styles and other in styles and isinstance(chunks, int) and chunks >= 1
+            and n_devices >= 1 and styles[style](n_devices, chunks) == styles[other](n_devices, chunks))
+
+
+_PLACEMENT_CHOICES = {"looped_bfs"}
+_PLACEMENT_FIXED = {
+    "interleaved": "its depth-first warm-up deadlocks under a V placement for many shapes",
+    "zbh1": "its depth-first warm-up deadlocks under a V placement for many shapes",
+    "zbv": "the V is the schedule", "dualpipev": "the V is the schedule",
+    "hanayo": "its waves are the zig-zag", "chimera": "its two pipelines run in opposite directions",
+}
 
 
 __all__ = ["SCHEDULES", "ScheduleInfo", "build_schedule", "schedule_info"]

@@ -206,3 +206,17 @@ def test_chimera_sends_half_the_microbatches_up_the_reversed_pipeline():
     # Every device holds one stage of each direction and runs both.
     for d in range(p):
         assert {a.stage for a in t.actions(d)} == {d, p - 1 - d}
+
+
+def test_looped_bfs_also_runs_on_a_v_placement_and_others_refuse_a_foreign_one():
+    for p in (2, 3, 4):
+        for m in (1, 3, 8):
+            t = build_schedule("looped_bfs", p, m, 4, placement="v")
+            assert t.placement == v_placement(p, 4)
+            validate(t)
+    assert build_schedule("zbv", 4, 8, placement="v") == build_schedule("zbv", 4, 8)
+    assert build_schedule("1f1b", 4, 8, placement="v") == build_schedule("1f1b", 4, 8)
+    with pytest.raises(ScheduleError, match="interleaved uses placement 'loop' only"):
+        build_schedule("interleaved", 4, 8, placement="v")
+    with pytest.raises(ScheduleError, match="supports placement 'loop' or 'v'"):
+        build_schedule("looped_bfs", 4, 8, placement="zigzag")

@@ -6,7 +6,7 @@ from typing import Callable, Hashable, Sequence
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.table import ScheduleTable, loop_placement, v_placement
 from octopipe.schedule.validate import data_predecessors
 
 Row = list["Action | None"]
@@ -25,6 +25,17 @@ def check_shape(name: str, n_devices: int, n_microbatches: int, chunks: int) -> 
             f"{name}: n_microbatches must be a positive integer, got {n_microbatches!r}")
     require(isinstance(chunks, int) and chunks >= 1,
             f"{name}: chunks (stages per device) must be a positive integer, got {chunks!r}")
+
+
+PLACEMENT_STYLES = {"loop": loop_placement, "v": v_placement}
+
+
+def placement_for(name: str, style: str, allowed: Sequence[str], n_devices: int,
+                  chunks: int) -> tuple[int, ...]:
+    """Stage → device map of a placement style the schedule `name` supports."""
+    require(style in allowed, f"{name} supports placement {' or '.join(map(repr, allowed))}, "
+            f"got {style!r}")
+    return tuple(PLACEMENT_STYLES[style](n_devices, chunks))
 
 
 def table(rows: Sequence[Sequence[Action | None]], placement: Sequence[int], n_microbatches: int,
