@@ -69,7 +69,9 @@ def local_device_kind(device: str = "cpu") -> DeviceKind:
     return DeviceKind("local-cpu", 1e11, float(memory), 2e10)
 
 
-def local_cluster(n: int, link: Link, kind: DeviceKind | None = None) -> Cluster:
-    """`n` pipeline ranks on this machine, every pair joined by `link`."""
-    kind = kind or local_device_kind()
-    return Cluster(f"local{n}", (kind,), (0,) * n, (0,) * n, link, link)
+def local_cluster(n: int, link: Link, like: Cluster | None = None) -> Cluster:
+    """`n` pipeline ranks on this machine, every pair joined by `link`; with `like`, the ranks
+    keep that cluster's device kinds (emulating a heterogeneous cluster's compute)."""
+    if like is not None:
+        return Cluster(f"{like.name}@local", like.kinds, like.device_kind[:n], (0,) * n, link, link)
+    return Cluster(f"local{n}", (local_device_kind(),), (0,) * n, (0,) * n, link, link)

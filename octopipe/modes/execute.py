@@ -1,0 +1,168 @@
+"""`mode=execute`: run a plan on the torch.distributed runtime and measure it against the simulator.
+
+The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatches`; layers split
+evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
+tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
+
+Model: `runtime.compute=real` builds the layers, so a model too large for this machine would not
+fit: with `runtime.model=auto` (the default) a model above `runtime.max_params` parameters is
+replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one. The
+simulator then gets costs measured here (cost=profiled) and the measured loopback link.
+`runtime.compute=emulated` keeps the selected model: every action sleeps its modelled time
+(cost=analytic/file/profiled, scaled to `runtime.emulate_step_s`) while messages of the modelled
+sizes really travel, so 8-16 ranks fit on two cores.
+
+Writes trace.json (the measured run: a track per rank, transfers as flows; one trace_<name>.json
+per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
+grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error and a
+`schedules` entry per schedule. `simulated_in_situ_iteration_s` / `fidelity_error_in_situ`
+re-simulate with each stage's F/I/W/B times measured in the warmup iterations of the same run:
+on a shared, loaded CPU this separates the simulator's model of the schedule (dependencies,
+transfers, dispatch) from the drift between offline profiling and the contended run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from octopipe.errors import ConfigError
+from octopipe.plan import Plan
+
+FALLBACK_MODEL = "tiny_hybrid"
+
+
+def _opt(cfg: Any, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(cfg, f"runtime.{key}", default=default)
+
+
+def choose_model(cfg: Any, console: Console):
+    """The ModelSpec mode=execute runs (see the module docstring)."""
+    from octopipe.load import load_model
+    from octopipe.model.build import build_model
+    from octopipe.model.params import model_params
+    from octopipe.run import CONF_DIR
+    choice = str(_opt(cfg, "model", "auto"))
+    compute = str(_opt(cfg, "compute", "real"))
+    if choice != "auto":
+        path = CONF_DIR / "model" / f"{choice}.yaml"
+        if not path.exists():
+            names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+            raise ConfigError(f"runtime.model={choice!r}: unknown preset; use auto or one of {', '.join(names)}")
+        return build_model(OmegaConf.load(path))
+    model = load_model(cfg)
+    limit = float(_opt(cfg, "max_params", 5e7))
+    if compute == "real" and model_params(model) > limit:
+        console.print(f"[yellow]runtime.compute=real: {model.name} has {model_params(model) / 1e9:.2f}B "
+                      f"parameters, above runtime.max_params={limit:.3g}; running the {FALLBACK_MODEL} "
+                      f"preset instead (runtime.model=<preset> chooses another, "
+                      f"runtime.compute=emulated keeps {model.name})[/yellow]")
+        return build_model(OmegaConf.load(CONF_DIR / "model" / f"{FALLBACK_MODEL}.yaml"))
+    return model
+
+
+def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
+    from octopipe.modes.simulate import schedule_from_cfg
+    names = _opt(cfg, "schedules", None)
+    names = [str(n) for n in names] if names else [None]
+    plans = []
+    for name in names:
+        sub = cfg if name is None else OmegaConf.merge(cfg, {"schedule": {"name": name, "file": None}})
+        if str(OmegaConf.select(sub, "schedule.name", default="")) == "octopipe" and \
+                not OmegaConf.select(sub, "schedule.file", default=None):
+            from octopipe.tune.tuner import tune
+            res = tune(costs, cluster, int(cfg.pp), int(cfg.microbatches), tuner_cfg=cfg.get("tuner"),
+                       solver_cfg=cfg.get("solver"), seed=int(cfg.get("seed", 0)), model=model.name)
+            plan = res.plan
+            plans.append(Plan(plan.partition, plan.table.__class__(
+                plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
+                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta))
+            continue
+        table, partition = schedule_from_cfg(sub, model.n_layers)
+        plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
+    return plans
+
+
+def _costs(cfg: Any, model, compute: str, n: int):
+    """(costs, cluster the simulator sees) for the chosen compute mode."""
+    from octopipe.cost.profiled import profiled_costs
+    from octopipe.load import load_cluster, load_costs
+    from octopipe.run import CONF_DIR
+    from octopipe.runtime.calibrate import local_cluster, measure_loopback
+    cache = Path(str(OmegaConf.select(cfg, "cost.cache_dir", default=None) or "runs/cache/profiled"))
+    link = measure_loopback(cache=cache.parent / "loopback_link.json")
+    if compute == "emulated":
+        cluster = load_cluster(cfg)
+        return load_costs(cfg, model, cluster), local_cluster(n, link, like=cluster)
+    sim_cluster = local_cluster(n, link)
+    cost_cfg = cfg.cost if str(OmegaConf.select(cfg, "cost.source", default="")) == "profiled" \
+        else OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
+    return profiled_costs(cost_cfg, model, sim_cluster), sim_cluster
+
+
+def run(cfg, out_dir: Path) -> dict:
+    from octopipe.run import write_json
+    from octopipe.runtime.fidelity import compare
+    from octopipe.runtime.trace import chrome_trace
+    from octopipe.schedule.plan_io import save_plan
+    console = Console(width=120)
+    compute = str(_opt(cfg, "compute", "real"))
+    dispatch = str(_opt(cfg, "dispatch", "ready_first"))
+    backend = str(_opt(cfg, "backend", "gloo"))
+    if compute not in ("real", "emulated"):
+        raise ConfigError(f"runtime.compute={compute!r}: choose real or emulated")
+    if dispatch not in ("strict", "ready_first"):
+        raise ConfigError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
+    if backend != "gloo":
+        raise ConfigError(f"runtime.backend={backend!r}: mode=execute launches local gloo ranks; "
+                          "for NCCL across GPUs launch octopipe.runtime with torchrun (README)")
+    iterations, warmup = int(_opt(cfg, "iterations", 3)), int(_opt(cfg, "warmup", 1))
+    if iterations < 1 or warmup < 0:
+        raise ConfigError("runtime.iterations must be >= 1 and runtime.warmup >= 0")
+    model = choose_model(cfg, console)
+    costs, sim_cluster = _costs(cfg, model, compute, int(cfg.pp))
+    plans = _plans(cfg, model, costs, sim_cluster)
+    rows, per = [], {}
+    for plan in plans:
+        c = compare(model, plan, costs, sim_cluster, compute=compute, dispatch=dispatch,
+                    iterations=iterations, warmup=warmup, seed=int(cfg.get("seed", 0)),
+                    lr=float(_opt(cfg, "lr", 0.0)), grad_check=bool(_opt(cfg, "grad_check", True)),
+                    step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
+                    max_message_bytes=float(_opt(cfg, "max_message_bytes", 4e6)),
+                    timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
+        per[c.schedule] = c.summary()
+        rows.append(c)
+        trace = chrome_trace(c.result.events, list(range(warmup, warmup + iterations)))
+        name = "trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json"
+        write_json(out_dir / name, trace)
+        if plan is plans[0]:
+            save_plan(plan, out_dir / "plan.json", out_dir / "schedule.csv")
+            if len(plans) > 1:
+                write_json(out_dir / "trace.json", trace)
+    t = Table(title=f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {compute} compute, "
+                    f"{dispatch}, {plans[0].table.n_microbatches} micro-batches")
+    for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error",
+                "in-situ sim s/iter", "in-situ error", "grad max rel err"):
+        t.add_column(col)
+    for c in rows:
+        g = "-" if c.grad_check_max_rel_err is None else f"{c.grad_check_max_rel_err:.2e}"
+        situ = ("-", "-") if c.simulated_in_situ_s is None else \
+            (f"{c.simulated_in_situ_s:.4f}", f"{100 * c.fidelity_error_in_situ:.1f}%")
+        t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
+                  f"{100 * c.fidelity_error:.1f}%", *situ, g)
+    console.print(t)
+    first = rows[0]
+    errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
+    return {"model": model.name, "compute": compute, "dispatch": dispatch, "backend": backend,
+            "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
+            "measured_iteration_s": first.measured_iteration_s,
+            "simulated_iteration_s": first.simulated_iteration_s,
+            "fidelity_error": first.fidelity_error,
+            "simulated_in_situ_iteration_s": first.simulated_in_situ_s,
+            "fidelity_error_in_situ": first.fidelity_error_in_situ,
+            "grad_check_max_rel_err": max(errs) if errs else None,
+            "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
+            "schedules": per}

@@ -1,0 +1,130 @@
+"""Run a plan on the runtime and put the measured iteration time beside the simulator's.
+
+Real mode: the simulator gets costs measured on this machine (`cost=profiled`) and a cluster
+whose link is the measured loopback. Emulated mode: modelled costs are scaled to sleepable
+durations (and message sizes to loopback-friendly ones), and the simulator gets exactly the
+scaled table, so the comparison isolates what the runtime adds: dispatch, threads, transfers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from octopipe.cluster import Cluster
+from octopipe.cost.table import CostTable
+from octopipe.model.spec import ModelSpec
+from octopipe.plan import Plan
+from octopipe.runtime.launch import ExecutionResult, execute
+from octopipe.runtime.stage import max_rel_err, reference_run
+
+
+@dataclass
+class Comparison:
+    schedule: str
+    measured_iteration_s: float
+    simulated_iteration_s: float            # from the cost table given (profiled or modelled)
+    simulated_in_situ_s: float | None       # from per-stage times measured in the warmup iterations
+    grad_check_max_rel_err: float | None
+    losses: list[float]
+    result: ExecutionResult = field(repr=False)
+
+    @property
+    def fidelity_error(self) -> float:
+        """|measured - simulated| / measured."""
+        return abs(self.measured_iteration_s - self.simulated_iteration_s) / self.measured_iteration_s
+
+    @property
+    def fidelity_error_in_situ(self) -> float | None:
+        if self.simulated_in_situ_s is None:
+            return None
+        return abs(self.measured_iteration_s - self.simulated_in_situ_s) / self.measured_iteration_s
+
+    def summary(self) -> dict:
+        return {"schedule": self.schedule, "measured_iteration_s": self.measured_iteration_s,
+                "simulated_iteration_s": self.simulated_iteration_s,
+                "fidelity_error": self.fidelity_error,
+                "simulated_in_situ_iteration_s": self.simulated_in_situ_s,
+                "fidelity_error_in_situ": self.fidelity_error_in_situ,
+                "grad_check_max_rel_err": self.grad_check_max_rel_err,
+                "loss": self.losses[-1] if self.losses else None,
+                "measured_iterations_s": self.result.iteration_s}
+
+
+def kind_per_stage(plan: Plan, costs: CostTable, cluster: Cluster) -> list[int]:
+    """CostTable column of the device holding each stage (by device-kind name)."""
+    cols = []
+    for d in plan.placement:
+        name = cluster.kind_of(d).name
+        cols.append(costs.kinds.index(name) if name in costs.kinds else 0)
+    return cols
+
+
+def emulation(plan: Plan, costs: CostTable, cluster: Cluster, step_s: float,
+              max_message_bytes: float) -> tuple[CostTable, dict, dict]:
+    """The scaled cost table, per-stage (f, i, w) sleeps and per-stage message elements."""
+    kinds = kind_per_stage(plan, costs, cluster)
+    sc = costs.stage_costs(plan.partition, kinds)
+    time_scale = step_s / max(float(np.mean(sc["f"])), 1e-12)
+    biggest = max(float(sc["out_bytes"].max()), 1.0)
+    byte_scale = min(1.0, max_message_bytes / biggest)
+    scaled = CostTable(costs.layer_names, costs.kinds, costs.f * time_scale, costs.i * time_scale,
+                       costs.w * time_scale, costs.act_bytes, costs.static_bytes,
+                       np.maximum(np.round(costs.out_bytes * byte_scale / 4), 1) * 4, costs.params,
+                       w_act_bytes=costs.w_act_bytes, flops=costs.flops,
+                       tokens_per_microbatch=costs.tokens_per_microbatch)
+    durations = {s: (sc["f"][s] * time_scale, sc["i"][s] * time_scale, sc["w"][s] * time_scale)
+                 for s in range(len(plan.partition))}
+    elems = {s: int(scaled.out_bytes[hi - 1] // 4) for s, (lo, hi) in enumerate(plan.partition)}
+    return scaled, durations, elems
+
+
+def in_situ_costs(result: ExecutionResult, plan: Plan, costs: CostTable, iterations: list[int]) -> CostTable:
+    """A cost table whose stage sums are the mean F, I, W (B counted as I) each stage took in
+    `iterations` of `result`: each stage's time sits on its first layer, the rest are zero."""
+    n = costs.n_layers
+    arrays = {k: np.zeros((n, len(costs.kinds))) for k in "fiw"}
+    for s, (lo, _) in enumerate(plan.partition):
+        for kind, col in (("F", "f"), ("I", "i"), ("W", "w"), ("B", "i")):
+            name = f"{s}{kind}"
+            times = [e["end"] - e["start"] for ev in result.events for e in ev
+                     if "action" in e and e["it"] in iterations
+                     and e["action"].startswith(name) and e["action"][len(name):].isdigit()]
+            if times:
+                arrays[col][lo, :] += float(np.mean(times))
+    return CostTable(costs.layer_names, costs.kinds, arrays["f"], arrays["i"], arrays["w"],
+                     costs.act_bytes, costs.static_bytes, costs.out_bytes, costs.params,
+                     w_act_bytes=costs.w_act_bytes, flops=costs.flops,
+                     tokens_per_microbatch=costs.tokens_per_microbatch)
+
+
+def simulated(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: str) -> float:
+    from octopipe.sim import simulate
+    return float(simulate(plan, costs, cluster, policy=dispatch, semantics="eager").makespan)
+
+
+def compare(model: ModelSpec | None, plan: Plan, costs: CostTable, sim_cluster: Cluster, *,
+            compute: str = "real", dispatch: str = "ready_first", iterations: int = 3, warmup: int = 1,
+            seed: int = 0, lr: float = 0.0, grad_check: bool = True, step_s: float = 0.01,
+            max_message_bytes: float = 4e6, timeout_s: float = 300, stall_s: float = 30) -> Comparison:
+    """Execute `plan` (`warmup` + `iterations` iterations) and simulate it on the same costs."""
+    kw = dict(dispatch=dispatch, compute=compute, iterations=warmup + iterations, seed=seed, lr=lr,
+              timeout_s=timeout_s, stall_s=stall_s)
+    sim_costs = costs
+    if compute == "emulated":
+        sim_costs, durations, elems = emulation(plan, costs, sim_cluster, step_s, max_message_bytes)
+        kw.update(durations=durations, message_elems=elems)
+    result = execute(model if compute == "real" else None, plan.partition, plan.table, **kw)
+    measured = float(np.median(result.iteration_s[warmup:]))
+    err = None
+    if compute == "real" and grad_check:
+        ref = reference_run(model, plan.table.n_microbatches, seed, warmup + iterations, lr)
+        err = max_rel_err(result.grads, ref.grads)
+        err = max(err, max(abs(a - b) / abs(b) for a, b in zip(result.losses, ref.losses)))
+    sim_plan = replace(plan, table=result.table) if result.table is not None else plan
+    in_situ = None
+    if warmup > 0:
+        situ = in_situ_costs(result, sim_plan, sim_costs, list(range(warmup)))
+        in_situ = simulated(sim_plan, situ, sim_cluster, dispatch)
+    return Comparison(plan.table.name, measured, simulated(sim_plan, sim_costs, sim_cluster, dispatch),
+                      in_situ, err, result.losses, result)
