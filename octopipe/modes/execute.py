@@ -131,7 +131,7 @@ def run(cfg, out_dir: Path) -> dict:
                     iterations=iterations, warmup=warmup, seed=int(cfg.get("seed", 0)),
                     lr=float(_opt(cfg, "lr", 0.0)), grad_check=bool(_opt(cfg, "grad_check", True)),
                     step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
-                    max_message_bytes=float(_opt(cfg, "max_message_bytes", 4e6)),
+                    max_message_bytes=float(_opt(cfg, "max_message_bytes", 262144)),
                     timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
         per[c.schedule] = c.summary()
         rows.append(c)

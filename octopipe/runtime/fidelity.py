@@ -106,7 +106,7 @@ def simulated(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: str) -> 
 def compare(model: ModelSpec | None, plan: Plan, costs: CostTable, sim_cluster: Cluster, *,
             compute: str = "real", dispatch: str = "ready_first", iterations: int = 3, warmup: int = 1,
             seed: int = 0, lr: float = 0.0, grad_check: bool = True, step_s: float = 0.01,
-            max_message_bytes: float = 4e6, timeout_s: float = 300, stall_s: float = 30) -> Comparison:
+            max_message_bytes: float = 262144, timeout_s: float = 300, stall_s: float = 30) -> Comparison:
     """Execute `plan` (`warmup` + `iterations` iterations) and simulate it on the same costs."""
     kw = dict(dispatch=dispatch, compute=compute, iterations=warmup + iterations, seed=seed, lr=lr,
               timeout_s=timeout_s, stall_s=stall_s)

@@ -31,7 +31,8 @@ class ExecutionResult:
     losses: list[float]                       # mean loss of each iteration
     grads: dict[str, torch.Tensor]            # gradients of the last iteration (before its step)
     events: list[list[dict]]                  # per rank: actions, sends and arrivals (perf_counter s)
-    iteration_s: list[float] = field(default_factory=list)
+    iteration_s: list[float] = field(default_factory=list)   # first action start to last action end
+    wall_s: list[float] = field(default_factory=list)        # barrier release to every rank done
     table: ScheduleTable | None = None
 
 
@@ -185,8 +186,10 @@ def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> Executio
             per_it[it].update(losses)
     losses = [sum(v.values()) / len(v) if v else float("nan") for v in per_it]
     events = [d["events"] for d in docs]
-    times = []
+    times, walls = [], []
     for it in range(iterations):
         acts = [e for ev in events for e in ev if e["it"] == it and "action" in e]
         times.append(max(e["end"] for e in acts) - min(e["start"] for e in acts))
-    return ExecutionResult(losses, grads, events, times, table)
+        marks = [e for ev in events for e in ev if e["it"] == it and "begin" in e]
+        walls.append(max(e["finish"] for e in marks) - min(e["begin"] for e in marks))
+    return ExecutionResult(losses, grads, events, times, walls, table)

@@ -186,6 +186,7 @@ class Rank:
         self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
         self._local: dict[Key, torch.Tensor] = {}
         dist.barrier()
+        begin = time.perf_counter()
         pending, done = list(self.row), set()
         for n in range(len(self.row)):
             self.control.report(self.rank, it, n, self.row.index(pending[0]), waiting=True)
@@ -200,6 +201,7 @@ class Rank:
             pending.remove(a)
             done.add(a)
         self.transport.finish_sends()
+        self.events.append({"it": it, "begin": begin, "finish": time.perf_counter()})
         for key, dst, t, nbytes in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes})
         for key, t in self.transport.inbox.arrivals.items():
