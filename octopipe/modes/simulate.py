@@ -5,7 +5,8 @@ whose partition is used, or a torch CSV); layers are split evenly over the stage
 `sim.*` chooses the policy, communication semantics, hint, limits and jitter; with
 `sim.monte_carlo=N` the summary adds the makespan's mean, spread and percentiles over N seeded
 jittered runs. Writes summary.json, trace.json (Chrome/Perfetto), timeline.png, schedule.csv
-(torch dialect), plan.json.
+(torch dialect), plan.json, and under ready_first executed_schedule.csv: the order each device
+actually ran, a table that strict order reproduces.
 """
 from __future__ import annotations
 
@@ -137,4 +138,8 @@ def run(cfg, out_dir: Path) -> dict:
     if res.over_capacity:
         console.print(f"[red]over capacity: devices {list(res.over_capacity)}[/red]")
     write_artifacts(res, plan, out_dir)
+    if opts["policy"] == "ready_first":
+        from octopipe.schedule.csv_io import write_csv
+        write_csv(res.executed_table(), out_dir / "executed_schedule.csv")
+        summary["executed_schedule"] = "executed_schedule.csv"
     return summary

@@ -89,7 +89,7 @@ def timeline_png(res: SimResult, path: Path | str, title: str | None = None) -> 
     ax.set_xlabel(f"time ({unit})")
     ax.set_xlim(0, res.makespan * scale * 1.01 if res.makespan > 0 else 1)
     ax.set_title(title or f"{P.table.name}: {res.policy}/{res.semantics}, makespan "
-                 f"{res.makespan * scale:.3g} {unit}, bubble {res.bubble_ratio:.1%}")
+                 f"{res.makespan * scale:.4g} {unit}, bubble {res.bubble_ratio:.1%}")
     handles = [Patch(color=c, label=KIND_NAME[k]) for k, c in KIND_COLOR.items()
                if (P.c_kind == k).any()] + [Patch(color="#777777", label="send")]
     ax.legend(handles=handles, loc="upper right", fontsize=8, ncol=len(handles))

@@ -181,3 +181,14 @@ def test_replicated_stages_count_static_memory_twice_and_partitions_rebind():
     # stage 0: F 6, B 12; stage 1: F 2, B 4. Device 1's B0 ends at 18 + 2 + 4 = 24, then device
     # 0 runs its three B back to back: 24 + 3 x 12
     assert skew.makespan == pytest.approx(60.0)
+
+
+def test_device_kinds_take_their_own_cost_column():
+    from octopipe.cluster import Cluster, DeviceKind, Link
+    cost = CostTable.uniform(2, f=1.0, i=1.0, w=1.0, kinds=("fast", "slow"))
+    cost.f[:, 1] *= 3.0
+    link = Link("l", 1.0, 0.0)
+    kinds = (DeviceKind("fast", 1.0, 1e9, 1.0), DeviceKind("slow", 1.0, 1e9, 1.0))
+    cluster = Cluster("hetero", kinds, (0, 1), (0, 0), link, link)
+    res = simulate(gpipe_table(2, 1), cost, cluster)
+    assert res.makespan == pytest.approx(1 + 3 + 2 + 2)
