@@ -180,8 +180,10 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
         else:
             t = ev - n_c
             arrived[t] = True
-            advance(t_dst[t], now, wake)
-            if batched:
+            dd = t_dst[t]
+            if not busy[dd]:
+                advance(dd, now, wake)
+            if batched and not busy[t_src[t]]:
                 advance(t_src[t], now, wake)
         while wake:
             advance(wake.pop(), now, wake)
