@@ -27,8 +27,9 @@ from solvers.instance import PartitionInstance  # noqa: E402
 from solvers.partition_ilp import solve_instance, solve_partition  # noqa: E402
 from solvers.placement_ilp import solve_partition_placement, solve_placement_instance  # noqa: E402
 from solvers.result import PartitionResult  # noqa: E402
+from solvers.smt import SmtVerdict, check_deadlock_free, check_memory_feasible  # noqa: E402
 
 __all__ = ["SolverConfig", "PartitionInstance", "PartitionResult", "solve_partition",
            "solve_instance", "solve_partition_placement", "solve_placement_instance",
            "dp_partition", "greedy_partition", "improve_by_shifts", "brute_force_partition",
-           "brute_force_placement"]
+           "brute_force_placement", "SmtVerdict", "check_deadlock_free", "check_memory_feasible"]

@@ -2,15 +2,16 @@
 
 Every row of the table is a sequence of *units*: a compute cell, a SEND or RECV cell, or (batched
 semantics) a maximal run of consecutive SEND/RECV cells, which NCCL posts as one group. Each unit
-u has two events, `reach(u)` (the device arrives at it) and `pass(u)` (it moves on); each
-transfer t has `arrive(t)`. A compute-only table gets its cells implicitly, as in the simulator
+u has three events, `reach(u)` (the device arrives at it), `start(u)` (a compute begins; for
+comm units it just follows reach) and `pass(u)` (it ends and the device moves on); each transfer
+t has `arrive(t)`. A compute-only table gets its cells implicitly, as in the simulator
 (`octopipe.sim.deadlock` states the same semantics): a RECV right before each compute that consumes data from another device, a SEND right after each
 compute that feeds one.
 
 An edge (x, y) says y happens strictly after x:
 
-- rows: reach(u) -> pass(u); pass(u) -> reach(next unit on the device);
-- compute c: pass(c) after pass of every same-device data predecessor (it must have ended),
+- rows: reach(u) -> start(u) -> pass(u); pass(u) -> reach(next unit on the device);
+- compute c: start(c) after pass of every same-device data predecessor (it must have ended),
   after pass of the RECV of the transfer c consumes, and after that transfer's arrival;
 - transfer t: arrive(t) after pass(producer) and reach(SEND unit); under rendezvous and batched
   also after reach(RECV unit) (the receive must be posted);
@@ -79,7 +80,8 @@ class Unit:
 
 @dataclass
 class EventGraph:
-    """Events are ints: reach(u) = 2u, pass(u) = 2u + 1, arrive(t) = 2·n_units + t."""
+    """Events are ints: reach(u) = 3u, start(u) = 3u + 1, pass(u) = 3u + 2, arrive(t) =
+    3·n_units + t."""
 
     table: ScheduleTable
     semantics: str
@@ -90,28 +92,31 @@ class EventGraph:
 
     @property
     def n_events(self) -> int:
-        return 2 * len(self.units) + len(self.transfers)
+        return 3 * len(self.units) + len(self.transfers)
 
     def reach(self, u: int) -> int:
-        return 2 * u
+        return 3 * u
+
+    def start(self, u: int) -> int:
+        return 3 * u + 1
 
     def passed(self, u: int) -> int:
-        return 2 * u + 1
+        return 3 * u + 2
 
     def arrive(self, t: int) -> int:
-        return 2 * len(self.units) + t
+        return 3 * len(self.units) + t
 
     def owner(self, event: int) -> tuple[str, int]:
         """('unit', u) or ('transfer', t): what an event belongs to."""
-        n2 = 2 * len(self.units)
-        return ("unit", event // 2) if event < n2 else ("transfer", event - n2)
+        n3 = 3 * len(self.units)
+        return ("unit", event // 3) if event < n3 else ("transfer", event - n3)
 
     def describe_event(self, event: int) -> str:
         kind, i = self.owner(event)
         if kind == "transfer":
             return f"arrival of {self.transfers[i]}"
         u = self.units[i]
-        verb = "reach" if event % 2 == 0 else "pass"
+        verb = ("reach", "start", "pass")[event % 3]
         return f"{verb} {u} on device {u.device} (column {u.column})"
 
     def grid(self, unit: int | None) -> str:
@@ -215,7 +220,8 @@ def _add_edges(g: EventGraph, split: set[tuple[int, int]]) -> None:
     E = g.edges
     prev_on: dict[int, int] = {}
     for u, unit in enumerate(g.units):
-        E.append((g.reach(u), g.passed(u), "runs"))
+        E.append((g.reach(u), g.start(u), "runs"))
+        E.append((g.start(u), g.passed(u), "runs"))
         if unit.device in prev_on:
             E.append((g.passed(prev_on[unit.device]), g.reach(u),
                       f"waits for {g.units[prev_on[unit.device]]} before it in its row"))
@@ -227,11 +233,11 @@ def _add_edges(g: EventGraph, split: set[tuple[int, int]]) -> None:
             if a.kind.is_compute:
                 for p in _same_device_preds(g.table, a, split):
                     if p in g.unit_of:
-                        E.append((g.passed(g.unit_of[p]), g.passed(u), f"waits for {p} to end"))
+                        E.append((g.passed(g.unit_of[p]), g.start(u), f"waits for {p} to end"))
                 t = _consumed(g.table, a, split)
                 if t is not None:
-                    E.append((g.passed(g.unit_of[t.recv]), g.passed(u), f"waits for {t.recv} to pass"))
-                    E.append((g.arrive(tindex[t.recv]), g.passed(u), f"waits for {t} to arrive"))
+                    E.append((g.passed(g.unit_of[t.recv]), g.start(u), f"waits for {t.recv} to pass"))
+                    E.append((g.arrive(tindex[t.recv]), g.start(u), f"waits for {t} to arrive"))
             elif a.kind in (SEND_F, SEND_B):
                 t = sindex[a]
                 if g.semantics == "rendezvous":
