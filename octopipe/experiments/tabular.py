@@ -68,21 +68,25 @@ def run(cfg, out_dir: Path) -> dict:
     gbs = int(ex.global_batch)
     points: list[dict] = []
     static_of: dict[tuple[str, int], float] = {}
-    cases = [(int(s), int(b), str(name)) for s in ex.stages for b in ex.microbatches for name in ex.schedules]
+    cases = [(int(s), int(b), str(name), str(name), None)
+             for s in ex.stages for b in ex.microbatches for name in ex.schedules]
     hs, hb = (int(x) for x in ex.hanayo_at)
-    cases.append((hs, hb, "hanayo"))
+    cases += [(hs, hb, f"hanayo_c{int(c)}", "hanayo", int(c)) for c in ex.hanayo_chunks]
     skipped: dict[str, str] = {}
     tables: dict[tuple[int, int, str], Any] = {}
-    for s, b, name in cases:
+    generator: dict[str, tuple[str, int | None]] = {}
+    for s, b, label, name, chunks in cases:
         if gbs % b:
             raise ConfigError(f"experiment.global_batch={gbs} is not divisible by {b} micro-batches")
         try:
-            tables[(s, b, name)] = build_schedule(name, s, b)
+            tables[(s, b, label)] = build_schedule(name, s, b, chunks)
+            generator[label] = (name, chunks)
         except OctoPipeError as e:
-            skipped[f"{name} S={s} B={b}"] = str(e).splitlines()[0]
+            skipped[f"{label} S={s} B={b}"] = str(e).splitlines()[0]
     model_cache: dict[int, Any] = {}
     cost_cache: dict[tuple[str, int, int], Any] = {}
-    for (s, b, name), table in tables.items():
+    for (s, b, label), table in tables.items():
+        name, chunks = generator[label]
         mbs = gbs // b
         if mbs not in model_cache:
             model_cache[mbs] = build_model({**model_cfg, "micro_batch_size": mbs})
@@ -92,7 +96,7 @@ def run(cfg, out_dir: Path) -> dict:
         it = idealize(table, "1:1:1")
         act_total = None
         sim = Simulator(table)
-        level = {"formula_bubble_ratio": formulas.bubble_ratio(name, s, b),
+        level = {"formula_bubble_ratio": formulas.bubble_ratio(name, s, b, chunks),
                  "idealized_bubble_ratio": it.bubble_ratio,
                  "idealized_makespan_slots": it.makespan,
                  "idealized_peak_inflight": int(it.peak_inflight().max())}
@@ -105,13 +109,14 @@ def run(cfg, out_dir: Path) -> dict:
             act_total = float(costs.act_bytes.sum())
             dur = bind(sim.program, partition, costs, cluster)
             res = result_of(sim.program, dur, run_strict(sim.program, dur, "eager"), "strict", "eager")
-            points.append({"stages": s, "microbatches": b, "schedule": name, "compute": cp, "network": nw,
+            points.append({"stages": s, "microbatches": b, "schedule": label, "compute": cp, "network": nw,
+                           "n_stages": table.n_stages,
                            **level, "makespan_s": res.makespan, "bubble_ratio": res.bubble_ratio,
                            "peak_activation_memory_bytes": float(res.peak_activation_memory.max()),
                            "static_memory_bytes": float(res.static_memory.max()),
                            "peak_memory_bytes": float(res.peak_memory.max()),
                            "throughput_tokens_per_s": res.throughput_tokens_per_s, "mfu": res.mfu})
-        static_of[(name, s)] = act_total or 0.0
+        static_of[(label, s)] = act_total or 0.0
     findings, report = analyse(points, ex, skipped)
     (out_dir / "report.md").write_text(report)
     import json
@@ -235,17 +240,33 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
               f"{fb['bubble_ratio']:.1%} on mid/mid."]
     # 4. Hanayo vs Chimera
     hs, hb = (int(x) for x in ex.hanayo_at)
-    f4 = {}
+    labels = [f"hanayo_c{int(c)}" for c in ex.hanayo_chunks]
+    f4: dict[str, dict] = {lab: {} for lab in labels}
     L += ["", f"## 4. Hanayo against Chimera at (S, B) = ({hs}, {hb}) (speedup = Chimera / Hanayo - 1)", "",
-          "| system | Chimera bubble | Hanayo bubble | speedup | published |", "|---|---|---|---|---|"]
+          "Hanayo with c chunks per device runs c/2 waves (c = 2: one wave, 2S stages; c = 4: two waves).", "",
+          "| system | Chimera bubble | " + " | ".join(f"{lab} bubble | {lab} speedup" for lab in labels)
+          + " | published |", "|---|---|" + "---|---|" * len(labels) + "---|"]
     published = {("slow", "fast"): "-12.32%", ("slow", "mid"): "+2.33%"}
     for cp, nw in systems:
-        c, h = idx.get((hs, hb, "chimera", cp, nw)), idx.get((hs, hb, "hanayo", cp, nw))
-        if c and h:
-            sp = c["makespan_s"] / h["makespan_s"] - 1
-            f4[f"{nw}_nw_{cp}_cp"] = sp
-            pub = published.get((nw, cp), "+12-14%" if nw in ("mid", "fast") else "-")
-            L.append(f"| {nw}_nw/{cp}_cp | {c['bubble_ratio']:.1%} | {h['bubble_ratio']:.1%} | {_sign(sp)} | {pub} |")
+        c = idx.get((hs, hb, "chimera", cp, nw))
+        if not c:
+            continue
+        cells = []
+        for lab in labels:
+            h = idx.get((hs, hb, lab, cp, nw))
+            if h:
+                sp = c["makespan_s"] / h["makespan_s"] - 1
+                f4[lab][f"{nw}_nw_{cp}_cp"] = sp
+                cells += [f"{h['bubble_ratio']:.1%}", _sign(sp)]
+            else:
+                cells += ["-", "-"]
+        pub = published.get((nw, cp), "+12-14%" if nw in ("mid", "fast") else "-")
+        L.append(f"| {nw}_nw/{cp}_cp | {c['bubble_ratio']:.1%} | " + " | ".join(cells) + f" | {pub} |")
+    for lab in labels:
+        h = idx.get((hs, hb, lab, "mid", "mid"))
+        if h:
+            L.append(f"\n{lab}: formula bubble {h['formula_bubble_ratio']:.1%}, idealized table "
+                     f"{h['idealized_bubble_ratio']:.1%} (Chimera: {idx[(hs, hb, 'chimera', 'mid', 'mid')]['idealized_bubble_ratio']:.1%}).")
     # persistent memory
     L += ["", "## Persistent memory", ""]
     for s in stages:
