@@ -13,10 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from octopipe.errors import InfeasibleError
 from octopipe.load import load_cluster, load_costs, load_model
 from octopipe.run import write_json
 from octopipe.tune import tune
-from octopipe.tune.report_md import plan_report, sim_bars
+from octopipe.tune.report_md import plan_report, sim_bars, timeline_png
 
 GIB = 2.0 ** 30
 
@@ -30,9 +31,17 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     console.print(f"[bold]OctoPipe plan[/]: {model.name} ({model.n_layers} layers) on {pp} × "
                   f"{cluster.kind_of(0).name} ({cluster.name}), {mb} micro-batches of "
                   f"{costs.tokens_per_microbatch} tokens")
-    res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.get("tuner"), solver_cfg=cfg.get("solver"),
-               semantics=str(OmegaConf.select(cfg, "sim.semantics", default="eager")),
-               seed=int(cfg.get("seed", 0)), model=model.name, progress=console.is_terminal)
+    case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
+            "seq_len": int(model.seq_len)}
+    try:
+        res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.get("tuner"), solver_cfg=cfg.get("solver"),
+                   semantics=str(OmegaConf.select(cfg, "sim.semantics", default="eager")),
+                   seed=int(cfg.get("seed", 0)), model=model.name, progress=console.is_terminal)
+    except InfeasibleError as e:
+        if not OmegaConf.select(cfg, "experiment.keep_going", default=False):
+            raise
+        console.print(f"[yellow]infeasible[/]: {e}")
+        return {"status": "infeasible", "reason": str(e).splitlines()[0], **case}
     summary = res.summary()
     tokens = res.tokens_per_iteration
 
@@ -61,22 +70,16 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                   f"{res.evaluated.checks.get('smt', '?')}")
 
     from octopipe.schedule.plan_io import save_plan
-    from octopipe.schedule.render import chrome_trace, gantt_png, write_trace
+    from octopipe.schedule.render import chrome_trace, write_trace
     save_plan(res.plan, out_dir / "plan.json", out_dir / "schedule.csv")
     bars = sim_bars(res.sim_result)
     write_trace(out_dir / "trace.json", chrome_trace(bars))
-    gantt_png(out_dir / "timeline.png", bars,
-              title=f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
-                    f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}",
-              time_label="seconds")
+    timeline_png(out_dir / "timeline.png", bars,
+                 title=f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
+                       f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}")
     write_json(out_dir / "history.json", {"history": res.history, "search": res.search_stats,
                                           "ilp": res.ilp})
     (out_dir / "report.md").write_text(plan_report(res, model.name, cluster.name, pp, mb))
     summary["baselines"] = [b.row(tokens) for b in res.baselines]
     summary["ilp"] = res.ilp
-    summary["model"] = model.name
-    summary["cluster"] = cluster.name
-    summary["pp"] = pp
-    summary["microbatches"] = mb
-    summary["seq_len"] = int(model.seq_len)
-    return summary
+    return {"status": "ok", **case, **summary}

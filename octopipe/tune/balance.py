@@ -41,3 +41,31 @@ def balanced_sizes(weights: np.ndarray, n_stages: int) -> tuple[int, ...]:
         j = i
     sizes.append(j)
     return tuple(reversed(sizes))
+
+
+def lpt_placement(stage_work: np.ndarray, n_devices: int) -> tuple[int, ...]:
+    """Stages to devices by longest-processing-time first (the published `balanced_transpose`).
+
+    Heaviest stage first, each to the least-loaded device that does not hold a neighbouring
+    stage (so consecutive stages stay on different devices when the count allows it).
+    """
+    w = np.asarray(stage_work, dtype=np.float64)
+    S = len(w)
+    if S < n_devices:
+        raise ConfigError(f"{S} stages cannot occupy {n_devices} devices; use at least one stage per device")
+    place = [-1] * S
+    load = np.zeros(n_devices)
+    count = np.zeros(n_devices, dtype=np.int64)
+    for s in sorted(range(S), key=lambda k: (-w[k], k)):
+        banned = {place[t] for t in (s - 1, s + 1) if 0 <= t < S}
+        empty = [d for d in range(n_devices) if count[d] == 0 and d not in banned]
+        remaining = sum(1 for p in place if p < 0)
+        if empty and remaining <= int((count == 0).sum()):
+            opts = empty            # every device must end up with a stage
+        else:
+            opts = [d for d in range(n_devices) if d not in banned] or list(range(n_devices))
+        d = min(opts, key=lambda k: (load[k], k))
+        place[s] = d
+        load[d] += w[s]
+        count[d] += 1
+    return tuple(place)

@@ -132,6 +132,12 @@ class Problem:
         fastest = work.min(axis=1).sum()
         return float(self.n_microbatches * fastest / per_dev_rate.sum())
 
+    def layer_bound(self) -> float:
+        """A tighter bound for coarse models: no device finishes before the heaviest single
+        layer's work (layers are never split), nor before `lower_bound`."""
+        heaviest = float(self.layer_work().min(axis=1).max())
+        return max(self.lower_bound(), self.n_microbatches * heaviest)
+
     def arrays(self, cand: Candidate) -> StageArrays:
         c = self.costs
         part = cand.partition

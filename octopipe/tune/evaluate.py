@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from octopipe.errors import DeadlockError, OctoPipeError
+from octopipe.errors import DeadlockError
 from octopipe.plan import Plan
 from octopipe.tune.attribution import Attribution, attribute_sim
 from octopipe.tune.candidate import Problem
@@ -74,7 +74,8 @@ def evaluate(problem: Problem, name: str, group: str, plan: Plan) -> Evaluated:
 def smt_check(problem: Problem, plan: Plan, max_actions: int) -> dict:
     """SMT deadlock-freedom of the lowered table under the problem's semantics.
 
-    Returns {"smt": "proved" | "skipped", ...}; raises DeadlockError when a deadlock is found.
+    Returns {"smt": "proved" | "skipped", ...}; raises DeadlockError (with the counterexample)
+    when a deadlock is found.
     Tables above `max_actions` compute actions are checked by the simulator's deadlock
     detection only (the formulation grows with the table), and the report says so.
     """
@@ -82,15 +83,12 @@ def smt_check(problem: Problem, plan: Plan, max_actions: int) -> dict:
     if n > max_actions:
         return {"smt": "skipped", "reason": f"{n} actions > tuner.smt_max_actions={max_actions}; "
                 "the simulator ran the table to completion without deadlock"}
-    from solvers import check_deadlock_free   # imported here: octopipe imports solvers only where it plans
-    t0 = time.perf_counter()
-    out = check_deadlock_free(plan.table, semantics=problem.semantics)
-    ok = getattr(out, "deadlock_free", getattr(out, "ok", out))
-    if not ok:
-        detail = getattr(out, "describe", lambda: str(out))
-        raise DeadlockError(f"SMT check: the plan deadlocks under {problem.semantics} semantics: "
-                            f"{detail() if callable(detail) else detail}")
-    return {"smt": "proved", "smt_seconds": time.perf_counter() - t0}
+    from solvers.smt import check_deadlock_free   # octopipe imports solvers only where it plans
+    verdict = check_deadlock_free(plan.table, semantics=problem.semantics)
+    if not verdict.ok:
+        raise DeadlockError(f"SMT check: the plan deadlocks under {problem.semantics} semantics\n"
+                            f"{verdict.report()}")
+    return {"smt": "proved", "smt_seconds": verdict.solve_time_s, "smt_events": verdict.n_events}
 
 
 def safe(problem: Problem, ev: Evaluated, max_actions: int) -> Evaluated:
@@ -103,6 +101,4 @@ def safe(problem: Problem, ev: Evaluated, max_actions: int) -> Evaluated:
     except DeadlockError as e:
         ev.feasible = False
         ev.note = str(e).splitlines()[0]
-    except (ImportError, OctoPipeError) as e:
-        ev.checks = {"smt": "unavailable", "reason": str(e).splitlines()[0], "memory": "fits"}
     return ev

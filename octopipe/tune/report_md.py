@@ -18,6 +18,39 @@ def sim_bars(sim) -> list[tuple]:
                      float(sim.transfer_end[t]), str(P.action(int(P.t_producer[t])))))
     return bars
 
+def timeline_png(path, bars: list[tuple], title: str, max_bars: int = 3000):
+    """The timeline PNG: the shared Gantt renderer, or one `broken_barh` per lane and kind
+    for large plans (drawing tens of thousands of bars one by one takes minutes)."""
+    from octopipe.schedule.render import gantt_png, kind_colour
+    if len(bars) <= max_bars:
+        return gantt_png(path, bars, title, time_label="seconds")
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    lanes: dict[str, int] = {}
+    groups: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for lane, kind, t0, t1, _ in bars:
+        y = lanes.setdefault(lane, len(lanes))
+        groups.setdefault((y, kind), []).append((t0, t1 - t0))
+    fig, ax = plt.subplots(figsize=(16, 1 + 0.3 * len(lanes)))
+    try:
+        for (y, kind), spans in groups.items():
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=kind_colour(kind), linewidth=0)
+        ax.set_yticks(range(len(lanes)), list(lanes), fontsize=6)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        ax.set_title(title)
+        kinds = sorted({k for _, k in groups})
+        ax.legend(handles=[Patch(color=kind_colour(k), label=k) for k in kinds], loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
 def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
     """A Markdown page: the comparison, the plan's shape, where its bubbles come from, the search."""
     s = res.summary()

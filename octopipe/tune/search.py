@@ -16,7 +16,7 @@ import numpy as np
 
 from octopipe.schedule.table import loop_placement, v_placement
 from octopipe.tune.attribution import from_list_result
-from octopipe.tune.balance import balanced_sizes
+from octopipe.tune.balance import balanced_sizes, lpt_placement
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.moves import neighbours, perturb
 
@@ -50,21 +50,28 @@ class SearchOutcome:
 
 
 def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
-    """Named-family starting points: loop (1F1B / interleaved) and V placements, balanced stages."""
+    """Starting points: loop (1F1B / interleaved) and V placements on balanced stages, and
+    longest-processing-time placements of balanced stages (down to one layer per stage)."""
     D, L = problem.n_devices, problem.n_layers
     work = problem.layer_work().mean(axis=1)
+    ps = np.concatenate([[0.0], np.cumsum(work)])
     out: list[Candidate] = []
-    for v in range(1, max_chunks + 1):
-        if D * v > L:
-            break
-        sizes = balanced_sizes(work, D * v)
-        fams = [("loop", loop_placement(D, v))]
-        if v >= 2:
-            fams.append(("v", v_placement(D, v)))
+    counts = sorted({D * v for v in range(1, max_chunks + 1) if D * v <= L}
+                    | {min(L, max(D, int(round(L * f)))) for f in (0.5, 0.75, 1.0)})
+    for S in counts:
+        sizes = balanced_sizes(work, S)
+        fams = []
+        if S % D == 0:
+            v = S // D
+            fams.append((f"loop{v}", loop_placement(D, v)))
+            if v >= 2:
+                fams.append((f"v{v}", v_placement(D, v)))
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        fams.append((f"lpt{S}", lpt_placement(ps[bounds[1:]] - ps[bounds[:-1]], D)))
         for fam, pl in fams:
             for split in (True, False):
                 for infl in (1.0, 2.0, math.inf):
-                    out.append(Candidate(sizes, pl, split, infl, origin=f"{fam}{v}"))
+                    out.append(Candidate(sizes, pl, split, infl, origin=fam))
     return out
 
 

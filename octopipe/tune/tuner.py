@@ -59,6 +59,7 @@ class TuneResult:
     tuner_seconds: float
     lower_bound_s: float
     tokens_per_iteration: float
+    layer_bound_s: float
     search_stats: dict = field(default_factory=dict)
     ilp: dict = field(default_factory=dict)
 
@@ -90,6 +91,8 @@ class TuneResult:
             "device_peak_memory_bytes": [float(x) for x in s.peak_memory],
             "lower_bound_s": self.lower_bound_s,
             "efficiency_vs_lower_bound": self.lower_bound_s / self.makespan_s,
+            "layer_bound_s": self.layer_bound_s,
+            "efficiency_vs_layer_bound": self.layer_bound_s / self.makespan_s,
             "tuner_seconds": self.tuner_seconds,
             "best_baseline": best.name if best else None,
             "speedup_vs_best_baseline": self.speedup_vs(best),
@@ -120,16 +123,27 @@ def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[l
     scfg = solver_cfg if isinstance(solver_cfg, SolverConfig) else SolverConfig.from_cfg(solver_cfg)
     scfg = replace(scfg, time_limit_s=max(1.0, min(scfg.time_limit_s, time_limit)))
     D, L = problem.n_devices, problem.n_layers
-    chunks = 2 if 2 * D <= L else 1
-    t0 = time.perf_counter()
-    res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
-                                    schedule_name="zbv" if chunks == 2 else "zbh1",
-                                    n_microbatches=problem.n_microbatches, chunks=chunks,
-                                    solver_cfg=scfg)
-    info = {"method": res.method, "status": res.status, "objective_s": res.objective,
-            "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
-            "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition)}
-    if not res.partition:
+    info: dict = {}
+    res = None
+    for chunks, sched in ((2, "zbv"), (1, "zbh1")):
+        if D * chunks > L:
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
+                                            schedule_name=sched, n_microbatches=problem.n_microbatches,
+                                            chunks=chunks, solver_cfg=scfg)
+        except OctoPipeError as e:
+            info = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
+            res = None
+            continue
+        info = {"method": res.method, "status": res.status, "objective_s": res.objective,
+                "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
+                "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition),
+                "schedule": sched}
+        if res.partition:
+            break
+    if res is None or not res.partition:
         return [], info
     sizes = tuple(hi - lo for lo, hi in res.partition)
     cands = [Candidate(sizes, tuple(res.placement), split, infl, origin="ILP")
@@ -201,7 +215,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
              "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
              "search_budget_s": budget}
     return TuneResult(chosen.plan, chosen.sim, chosen, outcome.history, base,
-                      time.perf_counter() - t0, problem.lower_bound(), tokens, stats, ilp_info)
+                      time.perf_counter() - t0, problem.lower_bound(), tokens,
+                      problem.layer_bound(), stats, ilp_info)
 
 
 def _progress(show: bool, budget: float):
