@@ -1,0 +1,38 @@
+"""`mode=solvers` and `python -m solvers.compare` on the small instance set."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solvers.backend import SolverConfig
+from solvers.compare import run_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_small_comparison_agrees_and_writes_artifacts(tmp_path):
+    doc = run_experiment(tmp_path, SolverConfig("cbc", 20.0), small=True, log=lambda *_: None)
+    for name in ("results.csv", "solve_time.png", "summary.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    rows = doc["rows"]
+    exact = [r for r in rows if r["problem"] == "fixed" and r["proven_optimal"]]
+    assert {r["method"] for r in exact} >= {"dp", "brute", "ilp_cbc", "ilp_plain_cbc"}
+    for r in exact:
+        assert r["gap"] == pytest.approx(0.0, abs=1e-7), r
+    assert all(r["gap"] >= -1e-9 for r in rows if r["gap"] is not None)
+
+
+def test_mode_solvers_cli(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=solvers",
+                           "solver.compare.small=true", "solver.compare.stages=[2]",
+                           f"hydra.run.dir={out}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "solvers" and summary["n_instances"] >= 1
+    assert "ilp_cbc" in summary["methods"] and (out / "solve_time.png").exists()
