@@ -65,6 +65,14 @@ class Deadlock:
         return tuple(w.device for w in self.cycle)
 
     def describe(self, program: Program) -> str:
+        if self.policy == "ready_first":
+            lines = [f"deadlock under ready_first: every device with work left holds back a forward at "
+                     f"its limit ({', '.join(f'device {w.device}: {w.cell}' for w in self.cycle)}); raise "
+                     "sim.max_inflight or the memory limit"]
+            lines += [f"  device {w.device} (column {w.column}) {w.cell}: {w.waits_for}" for w in self.cycle]
+            first = self.cycle[0] if self.cycle else None
+            lines.append(format_grid(program.table, (first.device, first.column) if first else None))
+            return "\n".join(lines)
         lines = [f"deadlock under {self.policy} + {self.semantics}: "
                  + " -> ".join(f"device {w.device} at {w.cell}" for w in self.cycle)
                  + f" -> device {self.cycle[0].device}" if self.cycle else "deadlock"]
@@ -137,9 +145,12 @@ def analyze(prog: Program, st: StuckState, semantics: str, policy: str) -> Deadl
     """Turn the engine's stuck state into the waits of each stuck device and their cycle."""
     if policy == "ready_first":
         blocked = []
-        for d in st.memory_blocked:
-            blocked.append(Wait(d, 0, "F", "holds back its ready F at the in-flight/memory limit; "
-                                "the backward that would free memory is not ready", d))
+        for c in st.memory_blocked:
+            d = int(prog.c_dev[c])
+            cols = prog.row_col[d][(prog.row_type[d] == CELL_COMPUTE) & (prog.row_id[d] == c)]
+            blocked.append(Wait(d, int(cols[0]) if len(cols) else 0, str(prog.action(c)),
+                                "is ready but held back by the in-flight/memory limit, and no backward "
+                                "that would free room can become ready", d))
         return Deadlock(semantics, policy, tuple(blocked), tuple(blocked))
     stuck = [d for d in range(prog.n_devices) if st.pos[d] < len(prog.row_type[d])]
     waits = {d: _wait_of(prog, st, d, semantics) for d in stuck}

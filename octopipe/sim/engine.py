@@ -48,7 +48,7 @@ class StuckState:
     recv_posted: list[bool]
     prod_done: list[bool]
     arrived: list[bool]
-    memory_blocked: list[int]           # ready_first: devices holding back a ready F
+    memory_blocked: list[int]           # ready_first: the best ready F each limited device holds back
 
 
 def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
@@ -332,7 +332,7 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
         dirty.clear()
     stuck = None
     if any(e < 0.0 for e in end):
-        held = [d for d in range(n_d) if hf[d]]
+        held = [hf[d][0][1] for d in range(n_d) if hf[d]]
         stuck = StuckState([len(o) for o in order], [e >= 0.0 for e in end], [], [], [], [], held)
     return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
                tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
