@@ -1,0 +1,85 @@
+"""tune(): never worse than its starting points, memory-safe, reproducible, and its plan
+round-trips through plan_io and re-simulates to the reported figures."""
+import numpy as np
+import pytest
+
+from octopipe.cost.table import CostTable
+from octopipe.errors import InfeasibleError
+from octopipe.schedule.plan_io import load_plan, save_plan
+from octopipe.sim.simulator import simulate
+from octopipe.tune import Candidate, Problem, tune
+from octopipe.tune.freeze import to_plan
+
+from .helpers import free_cluster
+
+CFG = {"time_budget_s": 30, "max_iters": 25, "patience": 10, "ilp": False}
+
+
+def hetero_costs(n=12, seed=0):
+    """Uneven layers (a heavy last 'head' layer), activations and parameters in bytes."""
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(1.0, 3.0, n)
+    f[-1] = 6.0
+    f = f[:, None] * 1e-3
+    act = rng.uniform(1.0, 2.0, n) * 2**30
+    return CostTable(tuple(f"l{j}" for j in range(n)), ("dev",), f, f, 0.8 * f, act,
+                     np.full(n, 2**30), np.full(n, 2**24), np.zeros(n), w_act_bytes=0.2 * act,
+                     tokens_per_microbatch=4096)
+
+
+def test_never_worse_than_baselines_and_given_start():
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    pb = Problem.build(costs, cl, 4, 8)
+    start = Candidate((3, 3, 3, 3), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2),
+                      origin="given")
+    start_ms = simulate(to_plan(pb, start), costs, cl).makespan
+    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, starts=[start])
+    assert res.baselines and all(b.feasible for b in res.baselines)
+    for b in res.baselines:
+        assert res.makespan_s <= b.makespan_s * (1 + 1e-9), b.name
+    assert res.makespan_s <= start_ms * (1 + 1e-9)
+    s = res.summary()
+    assert s["speedup_vs_best_baseline"] >= 1.0
+    assert 0 < s["efficiency_vs_lower_bound"] <= 1.0 + 1e-9
+    assert s["efficiency_vs_layer_bound"] >= s["efficiency_vs_lower_bound"]
+
+
+def test_plan_round_trips_and_resimulates(tmp_path):
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    res = tune(costs, cl, 4, 6, tuner_cfg=CFG)
+    path = save_plan(res.plan, tmp_path / "plan.json", tmp_path / "schedule.csv")
+    back = load_plan(path)
+    assert back.partition == res.plan.partition
+    assert back.table.rows == res.plan.table.rows
+    assert back.table.placement == res.plan.table.placement
+    again = simulate(back, costs, cl)
+    assert again.makespan == pytest.approx(res.makespan_s)
+    assert float(again.bubble_ratio) == pytest.approx(res.summary()["bubble_ratio"])
+    assert float(max(again.peak_memory)) == pytest.approx(res.summary()["peak_memory_bytes"])
+    assert res.evaluated.checks["smt"] == "proved"
+
+
+def test_plan_fits_tight_memory():
+    costs = hetero_costs()
+    cap = 18 * 2**30          # tight: most baselines run out of memory here
+    cl = free_cluster(4, memory_bytes=cap)
+    res = tune(costs, cl, 4, 16, tuner_cfg=CFG)
+    assert max(res.sim_result.peak_memory) <= cap
+    oom = [b for b in res.baselines if b.sim is not None and max(b.sim.peak_memory) > cap]
+    assert oom, "the capacity should bind for some baseline"
+    assert all(not b.feasible and "out of memory" in b.note for b in oom)
+
+
+def test_infeasible_memory_is_an_error():
+    costs = hetero_costs()
+    with pytest.raises(InfeasibleError, match="memory|fits"):
+        tune(costs, free_cluster(4, memory_bytes=2 * 2**30), 4, 8, tuner_cfg=CFG)
+
+
+def test_seeded_and_reproducible():
+    costs, cl = hetero_costs(seed=3), free_cluster(3)
+    a = tune(costs, cl, 3, 6, tuner_cfg=CFG, seed=5, baselines=False)
+    b = tune(costs, cl, 3, 6, tuner_cfg=CFG, seed=5, baselines=False)
+    assert a.plan.partition == b.plan.partition
+    assert a.plan.table.rows == b.plan.table.rows
+    assert [h["makespan_s"] for h in a.history] == [h["makespan_s"] for h in b.history]
