@@ -30,6 +30,9 @@ from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
 
 KIND_CODE = {ActionKind.F: 0, ActionKind.I: 1, ActionKind.W: 2, ActionKind.B: 3}
+# enum members hash in Python; compile loops look kinds up by identity instead (4+ = comm)
+_CODE_BY_ID = {id(k): v for k, v in KIND_CODE.items()} | {
+    id(k): 4 + j for j, k in enumerate((ActionKind.SEND_F, ActionKind.RECV_F, ActionKind.SEND_B, ActionKind.RECV_B))}
 KIND_OF_CODE = (ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B)
 CELL_COMPUTE, CELL_SEND, CELL_RECV = 0, 1, 2
 FWD, BWD = 0, 1
@@ -137,17 +140,18 @@ def compile_table(table: ScheduleTable) -> Program:
             if home != d:
                 raise _fail(table, (d, col), f"{a} is on device {d} but stage {a.stage} of "
                             f"micro-batch {a.microbatch} is placed on device {home}")
-            if a.kind.is_comm:
+            code = _CODE_BY_ID[id(a.kind)]
+            if code > 3:
                 comm_cells.append((d, col, a))
                 continue
-            key = (a.stage, KIND_CODE[a.kind], a.microbatch)
+            key = (a.stage, code, a.microbatch)
             if key in key_to_c:
                 raise _fail(table, (d, col), f"{a} appears twice")
             key_to_c[key] = len(c_dev)
             where.append((d, col))
             c_dev.append(d)
             c_stage.append(a.stage)
-            c_kind.append(KIND_CODE[a.kind])
+            c_kind.append(code)
             c_mb.append(a.microbatch)
     # completeness: F once; B, or I and W, once per (stage, micro-batch)
     split = np.zeros((n_s, n_m), dtype=bool)
@@ -210,7 +214,7 @@ def compile_table(table: ScheduleTable) -> Program:
             for col, a in enumerate(row):
                 if a is None:
                     continue
-                c = key_to_c[(a.stage, KIND_CODE[a.kind], a.microbatch)]
+                c = key_to_c[(a.stage, _CODE_BY_ID[id(a.kind)], a.microbatch)]
                 if c_in[c] >= 0:
                     rows_type[d].append(CELL_RECV)
                     rows_id[d].append(int(c_in[c]))
@@ -230,9 +234,10 @@ def compile_table(table: ScheduleTable) -> Program:
                 if a is None:
                     continue
                 s, m = a.stage, a.microbatch
-                if a.kind.is_compute:
+                code = _CODE_BY_ID[id(a.kind)]
+                if code < 4:
                     rows_type[d].append(CELL_COMPUTE)
-                    rows_id[d].append(key_to_c[(s, KIND_CODE[a.kind], m)])
+                    rows_id[d].append(key_to_c[(s, code, m)])
                     rows_col[d].append(col)
                     continue
                 key = {ActionKind.SEND_F: (FWD, s, m), ActionKind.RECV_F: (FWD, s - 1, m),

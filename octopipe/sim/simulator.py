@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,12 @@ from octopipe.sim.result import SimResult
 from octopipe.sim.variability import Jitter, MonteCarlo
 
 POLICIES = ("strict", "ready_first")
+
+
+@lru_cache(maxsize=64)
+def compiled(table: ScheduleTable) -> Program:
+    """`compile_table`, remembered for the last tables seen (the tuner re-times the same tables)."""
+    return compile_table(table)
 
 
 @contextmanager
@@ -65,7 +72,7 @@ class Simulator:
         if isinstance(table, Plan):
             partition = partition or table.partition
             table = table.table
-        self.program = table if isinstance(table, Program) else compile_table(table)
+        self.program = table if isinstance(table, Program) else compiled(table)
         self.durations: Durations | None = None
         if cost is not None:
             if cluster is None:
