@@ -138,30 +138,39 @@ class Problem:
         heaviest = float(self.layer_work().min(axis=1).max())
         return max(self.lower_bound(), self.n_microbatches * heaviest)
 
+    def _prefix(self) -> dict[str, np.ndarray]:
+        pre = self.__dict__.get("_pre")
+        if pre is None:
+            c = self.costs
+            pre = {name: np.vstack([np.zeros((1, arr.shape[1])), np.cumsum(arr, axis=0)])
+                   for name, arr in (("f", c.f), ("i", c.i), ("w", c.w))}
+            for name in ("act_bytes", "w_act_bytes", "static_bytes"):
+                pre[name] = np.concatenate([[0.0], np.cumsum(getattr(c, name))])
+            pre["out"] = np.asarray(c.out_bytes, dtype=np.float64)
+            object.__setattr__(self, "_pre", pre)
+        return pre
+
     def arrays(self, cand: Candidate) -> StageArrays:
-        c = self.costs
-        part = cand.partition
+        pre = self._prefix()
         dev = np.asarray(cand.placement, dtype=np.int32)
-        S = len(part)
-        dur = np.zeros((S, 3))
-        act = np.zeros(S)
-        wact = np.zeros(S)
+        b = np.concatenate([[0], np.cumsum(cand.sizes)])
+        lo, hi = b[:-1], b[1:]
+        col = self.kind_col[dev]
+        f = pre["f"][hi, col] - pre["f"][lo, col]
+        i = pre["i"][hi, col] - pre["i"][lo, col]
+        w = pre["w"][hi, col] - pre["w"][lo, col]
+        dur = np.stack([f, i, w], axis=1) if cand.split else np.stack([f, i + w, np.zeros_like(f)], axis=1)
+        act = pre["act_bytes"][hi] - pre["act_bytes"][lo]
+        wact = pre["w_act_bytes"][hi] - pre["w_act_bytes"][lo]
+        static = np.bincount(dev, weights=pre["static_bytes"][hi] - pre["static_bytes"][lo],
+                             minlength=self.n_devices)
+        S = len(dev)
         comm_f = np.zeros(S)
         comm_b = np.zeros(S)
-        static = np.zeros(self.n_devices)
-        for s, (lo, hi) in enumerate(part):
-            k = int(self.kind_col[dev[s]])
-            f = c.range_sum("f", lo, hi, k)
-            i = c.range_sum("i", lo, hi, k)
-            w = c.range_sum("w", lo, hi, k)
-            dur[s] = (f, i, w) if cand.split else (f, i + w, 0.0)
-            act[s] = c.range_sum("act_bytes", lo, hi)
-            wact[s] = c.range_sum("w_act_bytes", lo, hi)
-            static[dev[s]] += c.range_sum("static_bytes", lo, hi)
-            if s + 1 < S:
-                t = self.cluster.transfer_time(int(dev[s]), int(dev[s + 1]), float(c.out_bytes[hi - 1]))
-                comm_f[s] = t
-                comm_b[s + 1] = t
+        for s in np.flatnonzero(dev[:-1] != dev[1:]):
+            t = self.cluster.transfer_time(int(dev[s]), int(dev[s + 1]), float(pre["out"][hi[s] - 1]))
+            comm_f[s] = t
+            comm_b[s + 1] = t
         cap = self.memory_bytes - static
         free_i = act - wact if cand.split else act
         return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
