@@ -5,8 +5,9 @@
 3. Search: iterated local search on partition, placement and schedule policy, ranked by the
    list-scheduling estimator (`octopipe.tune.search`).
 4. Finalists: the best distinct candidates are frozen into tables and fully simulated with
-   communication; the best one that fits memory and passes the SMT deadlock check wins. The
-   starting baselines are finalists too, so the result is never worse than them.
+   communication; row moves advance actions into the best table's remaining gaps
+   (`octopipe.tune.polish`); the best plan that fits memory and passes the SMT deadlock check
+   wins. The starting baselines are finalists too, so the result is never worse than them.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
+from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.search import SearchConfig, search
 
 
@@ -37,6 +39,7 @@ class TunerConfig:
     finalists: int = 6             # distinct best candidates fully simulated at the end
     smt_max_actions: int = 4096    # larger tables rely on the simulator's deadlock detection
     ilp: bool = True               # start from the ILP partition + placement
+    polish_s: float = 2.0          # seconds of row moves on the best table (full simulator)
 
     @classmethod
     def from_cfg(cls, cfg: Any | None) -> "TunerConfig":
@@ -44,7 +47,8 @@ class TunerConfig:
             return cls()
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
         return cls(SearchConfig.from_cfg(cfg), int(get("finalists", 6)),
-                   int(get("smt_max_actions", 4096)), bool(get("ilp", True)))
+                   int(get("smt_max_actions", 4096)), bool(get("ilp", True)),
+                   float(get("polish_s", 2.0)))
 
 
 @dataclass
@@ -198,6 +202,16 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
             plan = replace(b.plan, meta={**b.plan.meta, "origin": f"baseline {b.name} (not improved)"})
             finals.append(Evaluated("OctoPipe", "octopipe", plan, b.sim, True))
     finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
+    history = list(outcome.history)
+    if finals and finals[0].feasible and cfg.polish_s > 0:
+        top = finals[0]
+        plan, sim, moves = advance_into_bubbles(problem, top.plan, top.sim, cfg.polish_s)
+        if moves:
+            plan = replace(plan, meta={**plan.meta, "row_moves": moves})
+            finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
+            history.append({"t_s": time.perf_counter() - t0, "iteration": outcome.iterations,
+                            "makespan_s": float(sim.makespan), "move": f"row reorder x{len(moves)}",
+                            "candidate": moves[-1]})
     chosen = None
     for ev in finals:
         if not ev.feasible:
@@ -214,7 +228,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     stats = {"evaluations": outcome.evaluations, "iterations": outcome.iterations,
              "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
              "search_budget_s": budget}
-    return TuneResult(chosen.plan, chosen.sim, chosen, outcome.history, base,
+    return TuneResult(chosen.plan, chosen.sim, chosen, history, base,
                       time.perf_counter() - t0, problem.lower_bound(), tokens,
                       problem.layer_bound(), stats, ilp_info)
 

@@ -1,0 +1,71 @@
+"""Row moves on a frozen table: advance an action into a bubble, judged by the full simulator.
+
+The list scheduler never idles while one of its actions is ready, but it ranks without link
+contention and with in-flight limits; the communication-aware simulation of the frozen table can
+still show gaps. For each gap (largest first) this pass tries moving a later action of the same
+row, one whose producers had finished before the gap opened, to the gap's position; a move is
+kept when the simulated makespan drops and memory still fits. A move that deadlocks or
+overflows is rolled back.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from octopipe.errors import DeadlockError, ScheduleError
+from octopipe.plan import Plan
+from octopipe.schedule.validate import data_predecessors
+from octopipe.tune.candidate import Problem
+from octopipe.tune.evaluate import simulate_plan
+
+
+def _gaps(sim) -> list[tuple[float, int, int, float]]:
+    """(length, device, row position of the action after the gap, gap start), largest first."""
+    out = []
+    for d, ids in enumerate(sim.order):
+        if len(ids) < 2:
+            continue
+        st, en = sim.start[ids], sim.end[ids]
+        g = st[1:] - en[:-1]
+        for j in np.flatnonzero(g > 1e-12 * max(1.0, float(sim.makespan))):
+            out.append((float(g[j]), d, int(j + 1), float(en[j])))
+    out.sort(key=lambda t: -t[0])
+    return out
+
+
+def advance_into_bubbles(problem: Problem, plan: Plan, sim, time_budget_s: float,
+                         max_gaps: int = 16, tries_per_gap: int = 3):
+    """Returns (plan, sim, accepted moves); never returns a slower or infeasible plan."""
+    t0 = time.perf_counter()
+    accepted: list[str] = []
+    split = {(a.stage, a.microbatch) for _, a in plan.table if a.kind.value == "I"}
+    S = plan.table.n_stages
+    for _, d, j, g0 in _gaps(sim)[:max_gaps]:
+        if time.perf_counter() - t0 > time_budget_s:
+            break
+        end_of = {sim.program.action(int(c)): float(sim.end[c]) for c in range(sim.program.n_compute)}
+        row = list(plan.table.rows[d])
+        tried = 0
+        for k in range(j + 1, len(row)):
+            if tried >= tries_per_gap or time.perf_counter() - t0 > time_budget_s:
+                break
+            a = row[k]
+            preds = data_predecessors(a, S, split)
+            if any(end_of.get(p, np.inf) > g0 for p in preds) or any(p in row[j:k] for p in preds):
+                continue
+            tried += 1
+            new_row = row[:j] + [a] + row[j:k] + row[k + 1:]
+            rows = list(plan.table.rows)
+            rows[d] = tuple(new_row)
+            cand = Plan(plan.partition, plan.table.with_rows(rows), plan.model, plan.cluster, plan.meta)
+            try:
+                new_sim = simulate_plan(problem, cand)
+            except (DeadlockError, ScheduleError):
+                continue
+            fits = bool(np.all(np.asarray(new_sim.peak_memory) <= problem.memory_bytes * (1 + 1e-9)))
+            if fits and new_sim.makespan < sim.makespan * (1 - 1e-9):
+                accepted.append(f"advance {a} on device {d} into the gap at {g0 * 1e3:.2f} ms")
+                plan, sim = cand, new_sim
+                break
+    return plan, sim, accepted
