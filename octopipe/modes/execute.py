@@ -15,10 +15,10 @@ sizes really travel, so 8-16 ranks fit on two cores.
 Writes trace.json (the measured run: a track per rank, transfers as flows; one trace_<name>.json
 per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
 grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error and a
-`schedules` entry per schedule. `simulated_in_situ_iteration_s` / `fidelity_error_in_situ`
-re-simulate with each stage's F/I/W/B times measured in the warmup iterations of the same run:
-on a shared, loaded CPU this separates the simulator's model of the schedule (dependencies,
-transfers, dispatch) from the drift between offline profiling and the contended run.
+`schedules` entry per schedule. `simulated_replay_iteration_s` / `fidelity_error_replay`
+re-simulate with each stage's F/I/W/B times observed in the measured iterations: on a shared,
+loaded CPU this separates the simulator's model of the schedule (dependencies, transfers,
+dispatch) from the drift between offline profiling and the contended run.
 """
 from __future__ import annotations
 
@@ -145,14 +145,14 @@ def run(cfg, out_dir: Path) -> dict:
     t = Table(title=f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {compute} compute, "
                     f"{dispatch}, {plans[0].table.n_microbatches} micro-batches")
     for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error",
-                "in-situ sim s/iter", "in-situ error", "grad max rel err"):
+                "replay sim s/iter", "replay error", "grad max rel err"):
         t.add_column(col)
     for c in rows:
         g = "-" if c.grad_check_max_rel_err is None else f"{c.grad_check_max_rel_err:.2e}"
-        situ = ("-", "-") if c.simulated_in_situ_s is None else \
-            (f"{c.simulated_in_situ_s:.4f}", f"{100 * c.fidelity_error_in_situ:.1f}%")
+        replay = ("-", "-") if c.simulated_replay_s is None else \
+            (f"{c.simulated_replay_s:.4f}", f"{100 * c.fidelity_error_replay:.1f}%")
         t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
-                  f"{100 * c.fidelity_error:.1f}%", *situ, g)
+                  f"{100 * c.fidelity_error:.1f}%", *replay, g)
     console.print(t)
     first = rows[0]
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
@@ -161,8 +161,8 @@ def run(cfg, out_dir: Path) -> dict:
             "measured_iteration_s": first.measured_iteration_s,
             "simulated_iteration_s": first.simulated_iteration_s,
             "fidelity_error": first.fidelity_error,
-            "simulated_in_situ_iteration_s": first.simulated_in_situ_s,
-            "fidelity_error_in_situ": first.fidelity_error_in_situ,
+            "simulated_replay_iteration_s": first.simulated_replay_s,
+            "fidelity_error_replay": first.fidelity_error_replay,
             "grad_check_max_rel_err": max(errs) if errs else None,
             "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
             "schedules": per}

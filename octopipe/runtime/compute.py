@@ -32,16 +32,21 @@ class _Saved:
 class RealCompute:
     """Runs the real layers of the stages a rank holds."""
 
-    def __init__(self, model: ModelSpec, partition, stages: tuple[int, ...], n_microbatches: int,
-                 seed: int, device: torch.device) -> None:
+    def __init__(self, model: ModelSpec, partition, copies: tuple[tuple[int, int], ...], n_microbatches: int,
+                 seed: int, device: torch.device, mb_replica: tuple[int, ...] = ()) -> None:
+        """`copies` = the (replica, stage) pairs this rank holds; replica 0 is the primary
+        pipeline, others are Chimera-style copies with the same initial weights."""
         self.model, self.partition, self.m = model, partition, n_microbatches
-        self.seed, self.device = seed, device
+        self.seed, self.device, self.mb_replica = seed, device, mb_replica
         self.n_stages = len(partition)
-        self.modules = {s: StageModule(model, *partition[s], seed=seed).to(device) for s in stages}
+        self.copies = {c: StageModule(model, *partition[c[1]], seed=seed).to(device) for c in copies}
         self.saved: dict[tuple[int, int], _Saved] = {}
         self.iteration = 0
         self.losses: dict[int, float] = {}
         self._batches: dict[int, dict] = {}
+
+    def module(self, stage: int, mb: int) -> StageModule:
+        return self.copies[(self.mb_replica[mb] if self.mb_replica else 0, stage)]
 
     def batch(self, mb: int) -> dict:
         if mb not in self._batches:
@@ -51,13 +56,13 @@ class RealCompute:
 
     def start_iteration(self, iteration: int) -> None:
         self.iteration, self.saved, self.losses, self._batches = iteration, {}, {}, {}
-        for mod in self.modules.values():
+        for mod in self.copies.values():
             mod.zero_grad(set_to_none=True)
 
     def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
         if x is not None and x.is_floating_point():
             x = x.detach().requires_grad_(True)
-        h = self.modules[stage](x, self.batch(mb))
+        h = self.module(stage, mb)(x, self.batch(mb))
         if h._is_view():
             h = h.clone()   # the split backward detaches the output in place, which views forbid
         self.saved[(stage, mb)] = _Saved(x, h)
@@ -78,7 +83,7 @@ class RealCompute:
 
     def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         sv = self.saved.pop((stage, mb))
-        params = [p for p in self.modules[stage].parameters() if p.requires_grad]
+        params = [p for p in self.module(stage, mb).parameters() if p.requires_grad]
         wants_input = sv.x_in is not None and sv.x_in.requires_grad
         inputs = ([sv.x_in] if wants_input else []) + params
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
@@ -91,27 +96,52 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             return None
         (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
-                                                      self.modules[stage].parameters())
+                                                      self.module(stage, mb).parameters())
         return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:
         sv = self.saved.pop((stage, mb))
-        mod = self.modules[stage]
+        mod = self.module(stage, mb)
         if sv.x_in is None or not sv.x_in.requires_grad:
             params = [p for p in mod.parameters() if p.requires_grad]
             self._accumulate(params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
             stage_backward_weight(mod.parameters(), sv.param_groups)
 
+    def sync_replicas(self, groups: dict[int, tuple[tuple[int, ...], object]], rank: int) -> None:
+        """Sum each stage's gradients over its copies (Chimera replicas): locally, then with an
+        all-reduce over the ranks holding a copy (`groups[stage] = (ranks, process group)`),
+        stage by stage in the same order on every rank."""
+        import torch.distributed as dist
+        for s in range(self.n_stages):
+            local = [mod for (r, st), mod in sorted(self.copies.items()) if st == s]
+            ranks, group = groups.get(s, ((rank,), None))
+            if not local or (len(local) == 1 and len(ranks) == 1):
+                continue
+            params = [list(mod.parameters()) for mod in local]
+            flat = torch.cat([torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                         for p in ps]) for ps in params[:1]])
+            for ps in params[1:]:
+                flat += torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
+            if len(ranks) > 1:
+                dist.all_reduce(flat, group=group)
+            for ps in params:
+                off = 0
+                for p in ps:
+                    p.grad = flat[off:off + p.numel()].view_as(p).clone()
+                    off += p.numel()
+
     def named_grads(self) -> dict[str, torch.Tensor]:
         out = {}
-        for mod in self.modules.values():
+        for _, mod in sorted(self.copies.items()):
             for name, p in mod.named_parameters():
-                out[name] = p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu()
+                if name not in out:
+                    out[name] = p.grad.detach().cpu().clone() if p.grad is not None \
+                        else torch.zeros_like(p).cpu()
         return out
 
     def parameters(self):
-        return [p for mod in self.modules.values() for p in mod.parameters()]
+        return [p for mod in self.copies.values() for p in mod.parameters()]
 
 
 class EmulatedCompute:
@@ -128,6 +158,9 @@ class EmulatedCompute:
 
     def start_iteration(self, iteration: int) -> None:
         self.losses = {}
+
+    def sync_replicas(self, groups, rank: int) -> None:
+        pass
 
     @staticmethod
     def _sleep(seconds: float) -> None:

@@ -64,3 +64,24 @@ class Control:
                 out.append(Failure(*self._errors.get_nowait()))
             except queue.Empty:
                 return out
+
+
+class TorchrunControl:
+    """The same interface when torchrun launches the ranks: torchrun's agent watches the
+    processes and tears the group down when one exits non-zero, so a failure is printed on
+    stderr (rank, message, traceback) and the rank exits; positions are not shared."""
+
+    def report(self, rank: int, iteration: int, done: int, row_index: int, waiting: bool) -> None:
+        self.position = (iteration, done, row_index, waiting)
+
+    def aborted(self) -> bool:
+        return False
+
+    def finished(self, rank: int) -> None:
+        pass
+
+    def fail(self, rank: int, message: str, tb: str, peer: bool) -> None:
+        import sys
+        where = getattr(self, "position", None)
+        at = "" if where is None else f" (iteration {where[0]}, row position {where[2] + 1})"
+        print(f"octopipe runtime: rank {rank} failed{at}: {message}\n{tb}", file=sys.stderr, flush=True)

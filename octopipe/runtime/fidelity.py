@@ -1,7 +1,10 @@
 """Run a plan on the runtime and put the measured iteration time beside the simulator's.
 
 Real mode: the simulator gets costs measured on this machine (`cost=profiled`) and a cluster
-whose link is the measured loopback. Emulated mode: modelled costs are scaled to sleepable
+whose link is the measured loopback. A second figure, the replay, re-simulates with each stage's
+mean F, I, W, B times observed in the measured iterations themselves: it checks the simulator's
+model of the schedule (dependencies, transfers, dispatch) apart from how well the offline
+profile predicted the compute on a CPU shared with other work. Emulated mode: modelled costs are scaled to sleepable
 durations (and message sizes to loopback-friendly ones), and the simulator gets exactly the
 scaled table, so the comparison isolates what the runtime adds: dispatch, threads, transfers.
 """
@@ -24,7 +27,7 @@ class Comparison:
     schedule: str
     measured_iteration_s: float
     simulated_iteration_s: float            # from the cost table given (profiled or modelled)
-    simulated_in_situ_s: float | None       # from per-stage times measured in the warmup iterations
+    simulated_replay_s: float | None        # from the per-stage times measured in the same iterations
     grad_check_max_rel_err: float | None
     losses: list[float]
     result: ExecutionResult = field(repr=False)
@@ -35,17 +38,17 @@ class Comparison:
         return abs(self.measured_iteration_s - self.simulated_iteration_s) / self.measured_iteration_s
 
     @property
-    def fidelity_error_in_situ(self) -> float | None:
-        if self.simulated_in_situ_s is None:
+    def fidelity_error_replay(self) -> float | None:
+        if self.simulated_replay_s is None:
             return None
-        return abs(self.measured_iteration_s - self.simulated_in_situ_s) / self.measured_iteration_s
+        return abs(self.measured_iteration_s - self.simulated_replay_s) / self.measured_iteration_s
 
     def summary(self) -> dict:
         return {"schedule": self.schedule, "measured_iteration_s": self.measured_iteration_s,
                 "simulated_iteration_s": self.simulated_iteration_s,
                 "fidelity_error": self.fidelity_error,
-                "simulated_in_situ_iteration_s": self.simulated_in_situ_s,
-                "fidelity_error_in_situ": self.fidelity_error_in_situ,
+                "simulated_replay_iteration_s": self.simulated_replay_s,
+                "fidelity_error_replay": self.fidelity_error_replay,
                 "grad_check_max_rel_err": self.grad_check_max_rel_err,
                 "loss": self.losses[-1] if self.losses else None,
                 "measured_iterations_s": self.result.iteration_s}
@@ -79,19 +82,25 @@ def emulation(plan: Plan, costs: CostTable, cluster: Cluster, step_s: float,
     return scaled, durations, elems
 
 
-def in_situ_costs(result: ExecutionResult, plan: Plan, costs: CostTable, iterations: list[int]) -> CostTable:
-    """A cost table whose stage sums are the mean F, I, W (B counted as I) each stage took in
-    `iterations` of `result`: each stage's time sits on its first layer, the rest are zero."""
+def replay_costs(result: ExecutionResult, plan: Plan, costs: CostTable, iterations: list[int]) -> CostTable:
+    """A cost table whose stage sums are the mean F, I, W each stage took in `iterations` of
+    `result` (a stage that only ran B gets I = B, W = 0; where both ran, I and W are kept, the
+    simulator's B being I + W); each stage's time sits on its first layer, the rest are zero."""
     n = costs.n_layers
     arrays = {k: np.zeros((n, len(costs.kinds))) for k in "fiw"}
     for s, (lo, _) in enumerate(plan.partition):
-        for kind, col in (("F", "f"), ("I", "i"), ("W", "w"), ("B", "i")):
+        mean = {}
+        for kind in "FIWB":
             name = f"{s}{kind}"
             times = [e["end"] - e["start"] for ev in result.events for e in ev
                      if "action" in e and e["it"] in iterations
                      and e["action"].startswith(name) and e["action"][len(name):].isdigit()]
-            if times:
-                arrays[col][lo, :] += float(np.mean(times))
+            mean[kind] = float(np.mean(times)) if times else None
+        arrays["f"][lo, :] = mean["F"] or 0.0
+        if mean["I"] is not None:
+            arrays["i"][lo, :], arrays["w"][lo, :] = mean["I"], mean["W"] or 0.0
+        elif mean["B"] is not None:
+            arrays["i"][lo, :] = mean["B"]
     return CostTable(costs.layer_names, costs.kinds, arrays["f"], arrays["i"], arrays["w"],
                      costs.act_bytes, costs.static_bytes, costs.out_bytes, costs.params,
                      w_act_bytes=costs.w_act_bytes, flops=costs.flops,
@@ -122,9 +131,6 @@ def compare(model: ModelSpec | None, plan: Plan, costs: CostTable, sim_cluster: 
         err = max_rel_err(result.grads, ref.grads)
         err = max(err, max(abs(a - b) / abs(b) for a, b in zip(result.losses, ref.losses)))
     sim_plan = replace(plan, table=result.table) if result.table is not None else plan
-    in_situ = None
-    if warmup > 0:
-        situ = in_situ_costs(result, sim_plan, sim_costs, list(range(warmup)))
-        in_situ = simulated(sim_plan, situ, sim_cluster, dispatch)
+    replayed = replay_costs(result, sim_plan, sim_costs, list(range(warmup, warmup + iterations)))
     return Comparison(plan.table.name, measured, simulated(sim_plan, sim_costs, sim_cluster, dispatch),
-                      in_situ, err, result.losses, result)
+                      simulated(sim_plan, replayed, sim_cluster, dispatch), err, result.losses, result)

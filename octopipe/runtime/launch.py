@@ -44,10 +44,6 @@ def free_port() -> int:
 
 def check_job(model: ModelSpec | None, partition, table: ScheduleTable) -> ScheduleTable:
     """Reject a plan the runtime cannot run, before any process starts."""
-    if table.replicas:
-        raise ScheduleError(f"table {table.name!r} has replica pipelines (Chimera-style); the runtime "
-                            "does not all-reduce gradients between replicas yet: run a single-pipeline "
-                            "schedule (e.g. 1f1b, zbv, dualpipev) instead")
     compute = table.compact().compute_only()
     validate(compute)
     if len(partition) != table.n_stages:

@@ -63,6 +63,17 @@ def owner(table: ScheduleTable, stage: int, mb: int) -> int:
     return table.device_of(stage, mb)
 
 
+def replica_groups(table: ScheduleTable) -> dict[int, tuple[tuple[int, ...], object]]:
+    """For each stage held by several ranks (Chimera replicas), those ranks and a process group
+    over them; every rank creates every group, in stage order, as torch requires."""
+    groups = {}
+    for s in range(table.n_stages):
+        ranks = tuple(sorted({pl[s] for pl in table.all_placements()}))
+        if len(ranks) > 1:
+            groups[s] = (ranks, dist.new_group(list(ranks)))
+    return groups
+
+
 def _message_shape(job: RankJob, key: Key) -> tuple[int, ...]:
     """Shape of the tensor travelling into `key.stage` (its input, or its output's gradient)."""
     boundary = key.stage - 1 if key.direction == FWD else key.stage
@@ -97,12 +108,12 @@ class Rank:
         self.row = job.table.compact().compute_only().actions(rank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if job.backend == "nccl" \
             else torch.device("cpu")
-        stages = tuple(sorted({a.stage for a in self.row}))
         if job.compute == "emulated":
             self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
         else:
-            self.compute = RealCompute(job.model, job.partition, stages, job.table.n_microbatches,
-                                       job.seed, self.device)
+            self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
+                                       job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
+        self.groups = replica_groups(job.table)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() else None
         self.events: list[dict] = []
@@ -201,6 +212,7 @@ class Rank:
             pending.remove(a)
             done.add(a)
         self.transport.finish_sends()
+        self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter()})
         for key, dst, t, nbytes in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes})
@@ -214,7 +226,7 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
     torch.set_num_threads(job.threads)
     try:
         if job.backend == "nccl":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
         worker = Rank(job, rank, control)
         losses, grads = [], {}

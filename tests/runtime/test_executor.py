@@ -72,3 +72,11 @@ def test_presets_on_four_ranks_with_uneven_stages(name):
     model = preset(name)
     table = build_schedule("zbh1", 4, 4)
     check(model, table, partition=((0, 1), (1, 4), (4, 8), (8, model.n_layers)))
+
+
+def test_chimera_replicas_all_reduce_their_gradients_to_the_reference():
+    from octopipe.schedule.library import build_schedule
+    model = tiny.dense(2)
+    table = build_schedule("chimera", 2, 4)
+    assert table.replicas
+    check(model, table, iterations=2, lr=0.3)

@@ -52,6 +52,7 @@ def test_bad_plans_are_rejected_before_any_process_starts():
     good = ScheduleTable.from_strings([["0F0", "0B0"], ["1F0", "1B0"]], (0, 1), 1)
     with pytest.raises(ScheduleError, match="partition covers 5 layers"):
         execute(MODEL, ((0, 2), (2, 5)), good)
-    chimera = ScheduleTable(good.rows, (0, 1), 1, "chimera", replicas=((1, 0),), mb_replica=(0,))
-    with pytest.raises(ScheduleError, match="replica pipelines"):
-        execute(MODEL, uniform_partition(MODEL.n_layers, 2), chimera)
+    with pytest.raises(ScheduleError, match="partition has 1 stages but the table places 2"):
+        execute(MODEL, ((0, 5),), good)
+    with pytest.raises(ScheduleError, match="runtime.dispatch='eager'"):
+        execute(MODEL, uniform_partition(MODEL.n_layers, 2), good, dispatch="eager")

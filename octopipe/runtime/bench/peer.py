@@ -1,0 +1,182 @@
+"""Our executor against torch.distributed.pipelining on the same tiny model, backend (gloo),
+ranks and micro-batches: 1F1B, interleaved 1F1B and ZB-V side by side, plus the tuned OctoPipe
+plan against torch's best schedule.
+
+Both sides time an iteration the same way: from the barrier before it to the moment the last
+rank finished it (max over ranks of the end minus min of the start; one monotonic clock), the
+median over the measured iterations, after a warm-up iteration (torch infers shapes in its first
+step). Runs alternate between the two sides so that a busy machine slows both alike.
+
+    python -m octopipe.runtime.bench.peer [--ranks 2 4] [--microbatches 8] [--model tiny_hybrid]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from octopipe.model.spec import ModelSpec
+from octopipe.plan import uniform_partition
+from octopipe.runtime.launch import _context, execute, free_port
+from octopipe.runtime.stage import StageModule, microbatch
+from octopipe.schedule.library import build_schedule
+
+PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
+         ("zbv", "ScheduleZBVZeroBubble"))
+
+
+class PeerStage(nn.Module):
+    """Our layers in torch.distributed.pipelining's calling convention: the first stage takes
+    token ids, the last returns logits (torch applies the loss)."""
+
+    def __init__(self, model: ModelSpec, lo: int, hi: int, seed: int) -> None:
+        super().__init__()
+        self.inner = StageModule(model, lo, hi, seed)
+        self.first, self.last, self.seq = lo == 0, hi == model.n_layers, model.seq_len
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = {"ids": x} if self.first else {}
+        h = None if self.first else x
+        layers = list(self.inner.layers.values())
+        for layer in layers[:-1] if self.last else layers:
+            h = layer(h, batch)
+        return layers[-1].logits(h, self.seq) if self.last else h
+
+
+def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: str, m: int,
+                iterations: int, out: str) -> None:
+    import torch.distributed.pipelining as pp
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    table = build_schedule({"Schedule1F1B": "1f1b", "ScheduleInterleaved1F1B": "interleaved",
+                            "ScheduleZBVZeroBubble": "zbv"}[schedule], world, m)
+    part = uniform_partition(model.n_layers, table.n_stages)
+    stages = [pp.PipelineStage(PeerStage(model, *part[s], seed=0), s, table.n_stages, torch.device("cpu"))
+              for s in table.stages_of(rank)]
+    cls = getattr(pp, schedule)
+    sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=m, loss_fn=_loss)
+    mbs = [microbatch(model, 0, 0, j) for j in range(m)]
+    ids = torch.cat([b["ids"] for b in mbs])
+    target = torch.cat([b["targets"] for b in mbs])
+    marks = []
+    for _ in range(iterations):
+        for st in stages:
+            st.submod.zero_grad(set_to_none=True)
+        dist.barrier()
+        t0 = time.perf_counter()
+        sched.step(ids, target=target)
+        marks.append((t0, time.perf_counter()))
+    Path(out, f"torch{rank}.json").write_text(json.dumps(marks))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: int) -> list[float]:
+    """Per-iteration wall seconds of torch's `schedule` on `world` gloo ranks."""
+    ctx = _context()
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        procs = [ctx.Process(target=_torch_rank, args=(r, world, port, model, schedule, m, iterations, tmp))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=600)
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"torch {schedule} failed on {world} ranks (exit codes "
+                               f"{[p.exitcode for p in procs]})")
+        marks = [json.loads(Path(tmp, f"torch{r}.json").read_text()) for r in range(world)]
+    return [max(mk[it][1] for mk in marks) - min(mk[it][0] for mk in marks) for it in range(iterations)]
+
+
+def run_ours(model: ModelSpec, table, partition, iterations: int, dispatch: str) -> list[float]:
+    return execute(model, partition, table, dispatch=dispatch, iterations=iterations, timeout_s=600).wall_s
+
+
+def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float):
+    """The tuner's plan for this machine: profiled costs, measured loopback link."""
+    from omegaconf import OmegaConf
+
+    from octopipe.cost.profiled import profiled_costs
+    from octopipe.run import CONF_DIR
+    from octopipe.runtime.calibrate import local_cluster, measure_loopback
+    from octopipe.tune.tuner import tune
+    link = measure_loopback(cache=Path("runs/cache/loopback_link.json"))
+    cluster = local_cluster(world, link)
+    costs = profiled_costs(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), model, cluster)
+    res = tune(costs, cluster, world, m, tuner_cfg={"time_budget_s": budget_s}, seed=0, model=model.name)
+    return res.plan
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from omegaconf import OmegaConf
+
+    from octopipe.model.build import build_model
+    from octopipe.run import CONF_DIR, write_json
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="tiny_hybrid")
+    ap.add_argument("--dispatch", default="strict", choices=["strict", "ready_first"])
+    ap.add_argument("--tune-budget-s", type=float, default=20.0)
+    ap.add_argument("--out", default="runs/bench")
+    args = ap.parse_args(argv)
+    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
+    its = args.iterations + 1
+    rows = []
+    for world in args.ranks:
+        best_torch = None
+        for ours_name, torch_name in PAIRS:
+            table = build_schedule(ours_name, world, args.microbatches)
+            part = uniform_partition(model.n_layers, table.n_stages)
+            o, t = [], []
+            for _ in range(args.rounds):
+                o += run_ours(model, table, part, its, args.dispatch)[1:]
+                t += run_torch(model, torch_name, world, args.microbatches, its)[1:]
+            row = {"ranks": world, "schedule": ours_name, "torch_class": torch_name,
+                   "octopipe_s": float(np.median(o)), "torch_s": float(np.median(t))}
+            row["speedup"] = row["torch_s"] / row["octopipe_s"]
+            rows.append(row)
+            print(f"{world} ranks  {ours_name:12s} octopipe {row['octopipe_s']:.4f} s   torch {torch_name:24s} "
+                  f"{row['torch_s']:.4f} s   torch/ours = {row['speedup']:.2f}x", flush=True)
+            if best_torch is None or row["torch_s"] < best_torch["torch_s"]:
+                best_torch = row
+        if args.tune_budget_s > 0:
+            plan = tuned_plan(model, world, args.microbatches, args.tune_budget_s)
+            o = []
+            for _ in range(args.rounds):
+                o += run_ours(model, plan.table, plan.partition, its, args.dispatch)[1:]
+            row = {"ranks": world, "schedule": "octopipe (tuned)", "torch_class": best_torch["torch_class"],
+                   "octopipe_s": float(np.median(o)), "torch_s": best_torch["torch_s"],
+                   "partition": [list(p) for p in plan.partition], "placement": list(plan.placement),
+                   "tuned_origin": plan.meta.get("origin", "")}
+            row["speedup"] = row["torch_s"] / row["octopipe_s"]
+            rows.append(row)
+            print(f"{world} ranks  tuned plan   octopipe {row['octopipe_s']:.4f} s   torch best "
+                  f"{best_torch['torch_class']:21s} {row['torch_s']:.4f} s   torch/ours = {row['speedup']:.2f}x "
+                  f"({row['tuned_origin']})", flush=True)
+    doc = {"model": model.name, "microbatches": args.microbatches, "dispatch": args.dispatch,
+           "backend": "gloo", "cores": os.cpu_count(), "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "runtime_peer.json", doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Entry point for ranks launched by torchrun (one process per pipeline rank, any number of
+machines): every rank loads the same plan JSON and model preset and runs its row.
+
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \\
+        -m octopipe.runtime.torchrun --plan runs/.../plan.json --model tiny_hybrid \\
+        --backend nccl --iterations 3 --out runs/torchrun
+
+torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the plan's table must have
+WORLD_SIZE rows. Each rank writes rank<R>.pt (losses, gradients, timed events) under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from octopipe.errors import ScheduleError
+
+
+def main(argv: list[str] | None = None) -> None:
+    from omegaconf import OmegaConf
+
+    from octopipe.model.build import build_model
+    from octopipe.run import CONF_DIR
+    from octopipe.runtime.control import TorchrunControl
+    from octopipe.runtime.launch import check_job
+    from octopipe.runtime.worker import RankJob, rank_main
+    from octopipe.schedule.plan_io import load_plan
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--model", required=True, help="model preset name (conf/model/<name>.yaml)")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--dispatch", default="ready_first", choices=["strict", "ready_first"])
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/torchrun")
+    args = ap.parse_args(argv)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    plan = load_plan(args.plan)
+    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
+    table = check_job(model, plan.partition, plan.table)
+    if table.n_devices != world:
+        raise ScheduleError(f"the plan has {table.n_devices} ranks but torchrun started {world}; "
+                            f"set --nnodes x --nproc-per-node = {table.n_devices}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    job = RankJob(model, plan.partition, table, world, "env://", args.backend, args.dispatch, "real",
+                  args.iterations, args.seed, args.lr, result_dir=args.out)
+    rank_main(rank, job, TorchrunControl())
+
+
+if __name__ == "__main__":
+    main()
