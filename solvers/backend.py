@@ -21,7 +21,8 @@ class SolverConfig:
     """Which MILP backend to use and how long it may run.
 
     `gap` is the relative MIP gap at which the solver may stop (0 = prove optimality);
-    `time_limit_s` caps one solve; `threads` is passed to backends that accept it.
+    `time_limit_s` caps one solve; `threads` is passed to backends that accept it;
+    `cbc_options` are extra CBC command-line options (e.g. "preprocess off").
     """
 
     name: str = "cbc"
@@ -29,6 +30,7 @@ class SolverConfig:
     gap: float = 0.0
     threads: int = 1
     msg: bool = False
+    cbc_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -49,7 +51,8 @@ class SolverConfig:
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
         return cls(name=str(get("name", "cbc")), time_limit_s=float(get("time_limit_s", 30.0)),
                    gap=float(get("gap", 0.0) or 0.0), threads=int(get("threads", 1) or 1),
-                   msg=bool(get("msg", False)))
+                   msg=bool(get("msg", False)),
+                   cbc_options=tuple(str(o) for o in (get("cbc_options", None) or ())))
 
 
 def highs_available() -> bool:
@@ -64,7 +67,7 @@ def make_solver(cfg: SolverConfig) -> pulp.LpSolver:
     """The PuLP solver object for `cfg`; SolverUnavailableError if HiGHS is asked for but absent."""
     if cfg.name == "cbc":
         return pulp.PULP_CBC_CMD(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap,
-                                 threads=cfg.threads)
+                                 threads=cfg.threads, options=list(cfg.cbc_options))
     if not highs_available():
         raise SolverUnavailableError("solver=highs needs the HiGHS Python bindings, which are not "
                                      "installed: run `pip install highspy` (or `pip install "
