@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from octopipe.tune.attribution import Attribution
+from octopipe.tune.balance import refine_balance
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
 
 INFLIGHT_STEPS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, math.inf)
@@ -143,6 +144,16 @@ def split_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
     return out
 
 
+def rebalance(c: Candidate, problem: Problem) -> list[Move]:
+    """Re-place stages to lower the largest static device load (a compound placement move)."""
+    work = _layer_work(problem)
+    pl = c.placement
+    lo = np.concatenate([[0], np.cumsum(c.sizes)])
+    sw = np.array([work[lo[s]:lo[s + 1], pl[s]].sum() for s in range(len(pl))])
+    new = refine_balance(sw, pl, problem.n_devices)
+    return [] if new == pl else [(c.with_(placement=new), 1.0)]
+
+
 def policy_moves(c: Candidate) -> list[Move]:
     """Schedule-family and policy changes for the same partition and placement."""
     out: list[Candidate] = [c.with_(split=not c.split)]
@@ -167,12 +178,13 @@ def neighbours(c: Candidate, problem: Problem, attr: Attribution) -> list[tuple[
     cause, _ = attr.largest()
     busiest, idlest = int(np.argmax(load)), int(np.argmax(attr.idle))
     part = [(x, b, "shift layer") for x, b in shift_layer(c, problem, pr)]
-    place = ([(x, b, "move stage") for x, b in move_stage(c, problem, pr)]
+    place = ([(x, b, "rebalance") for x, b in rebalance(c, problem)]
+             + [(x, b, "move stage") for x, b in move_stage(c, problem, pr)]
              + [(x, b, "swap stages") for x, b in swap_stages(c, problem, pr, {busiest, idlest})])
     shape = [(x, b, "split/merge") for x, b in split_merge(c, problem, pr)]
     sched = [(x, b, "policy") for x, b in policy_moves(c)]
     if cause == "imbalance":
-        groups = [part, place, shape, sched]
+        groups = [place, part, shape, sched]
     elif cause == "memory":
         groups = [sched, place, part, shape]
     elif cause == "transfer":

@@ -16,7 +16,7 @@ import numpy as np
 
 from octopipe.schedule.table import loop_placement, v_placement
 from octopipe.tune.attribution import from_list_result
-from octopipe.tune.balance import balanced_sizes, lpt_placement
+from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.moves import neighbours, perturb
 
@@ -67,7 +67,13 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
             if v >= 2:
                 fams.append((f"v{v}", v_placement(D, v)))
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        fams.append((f"lpt{S}", lpt_placement(ps[bounds[1:]] - ps[bounds[:-1]], D)))
+        sw = ps[bounds[1:]] - ps[bounds[:-1]]
+        lpt = lpt_placement(sw, D)
+        fams.append((f"lpt{S}", lpt))
+        fams.append((f"lpt{S}+", refine_balance(sw, lpt, D)))
+        for fam, pl in list(fams[:2]):
+            if fam.startswith(("loop", "v")):
+                fams.append((fam + "+", refine_balance(sw, pl, D)))
         for fam, pl in fams:
             for split in (True, False):
                 for infl in (1.0, 2.0, math.inf):

@@ -74,3 +74,27 @@ def test_problem_estimate_uses_costs_and_lower_bound():
     c = Candidate((2, 2, 2, 2), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2))
     r = pb.estimate(c)
     assert r.makespan == pytest.approx((8 + 3) * 6.0)
+
+
+def test_balance_helpers_against_brute_force():
+    import itertools
+
+    from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        L = int(rng.integers(2, 8))
+        S = int(rng.integers(1, L + 1))
+        w = rng.random(L)
+        sizes = balanced_sizes(w, S)
+        ps = np.concatenate([[0.0], np.cumsum(w)])
+        got = max(ps[b] - ps[a] for a, b in zip(np.cumsum((0,) + sizes[:-1]), np.cumsum(sizes)))
+        best = min(max(ps[b] - ps[a] for a, b in zip((0,) + cuts, cuts + (L,)))
+                   for cuts in itertools.combinations(range(1, L), S - 1))
+        assert got == pytest.approx(best)
+        D = int(rng.integers(1, min(S, 3) + 1))
+        pl = lpt_placement(w[:S], D)
+        assert set(pl) == set(range(D))
+        better = refine_balance(w[:S], pl, D)
+        assert set(better) == set(range(D))
+        load = lambda p: np.bincount(p, weights=w[:S], minlength=D).max()
+        assert load(better) <= load(pl) + 1e-12
