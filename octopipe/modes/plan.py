@@ -7,6 +7,7 @@ the returned figures become summary.json.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,8 +23,16 @@ from octopipe.tune.report_md import plan_report, sim_bars, timeline_png
 GIB = 2.0 ** 30
 
 
+def _why(name: str, attr, makespan: float) -> str:
+    """One line: how much of the device-time idles, and why (bubble attribution)."""
+    tot = attr.totals()
+    dev_time = makespan * len(attr.busy)
+    parts = ", ".join(f"{k} {v / dev_time:.1%}" for k, v in tot.items() if v / dev_time >= 0.001)
+    return f"  {name}: devices idle {attr.idle.sum() / dev_time:.1%} of the time ({parts or 'none'})"
+
+
 def run(cfg: DictConfig, out_dir: Path) -> dict:
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=120)
     model = load_model(cfg)
     cluster = load_cluster(cfg)
     costs = load_costs(cfg, model, cluster)
@@ -47,9 +56,10 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
 
     table = Table(title=f"{model.name}, pp={pp}, {mb} micro-batches "
                         f"(lower bound {res.lower_bound_s * 1e3:.1f} ms)")
-    for col in ("schedule", "partition", "iteration ms", "tokens/s", "bubble", "peak GiB",
-                "OctoPipe speedup"):
-        table.add_column(col, justify="left" if col in ("schedule", "partition") else "right")
+    for col in ("schedule", "partition", "iter ms", "tokens/s", "bubble", "peak GiB",
+                "OctoPipe ×"):
+        table.add_column(col, justify="left" if col in ("schedule", "partition") else "right",
+                         no_wrap=True)
     for b in res.baselines:
         r = b.row(tokens)
         if not b.feasible:
@@ -62,6 +72,10 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                   f"[bold]{summary['throughput_tokens_per_s']:,.0f}[/]", f"{summary['bubble_ratio']:.1%}",
                   f"{summary['peak_memory_bytes'] / GIB:.1f}", "1.00×")
     console.print(table)
+    best_ev = res.best_baseline()
+    if best_ev is not None:
+        console.print(_why(best_ev.name, best_ev.attribution(), best_ev.sim.makespan))
+    console.print(_why("OctoPipe", res.attribution, res.makespan_s))
     best = summary["best_baseline"]
     console.print(f"OctoPipe: {summary['speedup_vs_best_baseline']:.2f}× faster than the best baseline "
                   f"({best}); {summary['efficiency_vs_lower_bound']:.1%} of the lower bound "
