@@ -129,7 +129,9 @@ def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[l
     D, L = problem.n_devices, problem.n_layers
     info: dict = {}
     res = None
-    for chunks, sched in ((2, "zbv"), (1, "zbh1")):
+    # one stage per device: the joint ILP with several stages per device takes tens of seconds
+    # on this class of machine, more than the whole tuning budget
+    for chunks, sched in ((1, "zbh1"),):
         if D * chunks > L:
             continue
         t0 = time.perf_counter()
@@ -174,7 +176,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     ilp_info: dict = {}
     if cfg.ilp:
         try:
-            ilp_cands, ilp_info = _ilp_starts(problem, solver_cfg, 0.2 * cfg.search.time_budget_s)
+            ilp_cands, ilp_info = _ilp_starts(problem, solver_cfg, 0.1 * cfg.search.time_budget_s)
             start_cands = ilp_cands + start_cands
         except (OctoPipeError, ImportError) as e:
             ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
