@@ -3,7 +3,8 @@
 simulate (estimate) → attribute → moves aimed at the largest cause → rank cheaply (bubble
 pressure, static balance) → estimate the best few → keep an improvement; at a local optimum kick
 the best candidate (random moves) or restart from the next seed; stop at convergence (patience),
-the iteration cap or the time budget. Every random choice follows `seed`.
+the iteration cap or the time budget. Every random choice follows `seed`: two runs with the
+same seed give the same plan unless the clock (time budget) stopped one of them.
 """
 from __future__ import annotations
 
@@ -142,9 +143,10 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         res = problem.estimate(cur)
         attr = from_list_result(problem, cur, res)
         moves = neighbours(cur, problem, attr)
-        # adapt the estimated width to the instance: wide while estimates are cheap
-        unit = (time.perf_counter() - t0) / max(1, ev.calls)
-        width = int(np.clip(0.02 * cfg.time_budget_s / max(unit, 1e-6), per_iter, 400))
+        # estimate more moves per iteration on small instances (a function of the size only, so
+        # that a seeded search not stopped by the clock is reproducible)
+        n_actions = cur.n_stages * problem.n_microbatches * 3
+        width = int(np.clip(2e6 / n_actions, per_iter, 400))
         fresh = [(x, tag) for x, _, tag in moves if x not in ev.cache][:width]
         improved = False
         if fresh:
