@@ -20,7 +20,8 @@ a; `python -m solvers.bench` measures where that stops being practical.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -31,9 +32,9 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, InfeasibleError
 from solvers.backend import SolverConfig, run_model
 from solvers.instance import Partition, PartitionInstance, partition_from_bounds
-from solvers.partition_ilp import GIB, explain_shortfall, time_unit
+from solvers.partition_ilp import GIB, explain_shortfall, solve_instance, time_unit
 from solvers.result import PartitionResult, make_result
-from solvers.staircase import Staircase
+from solvers.staircase import Staircase, reach_windows
 
 
 @dataclass
@@ -51,14 +52,53 @@ def stages_per_device(inst: PartitionInstance) -> int:
     return S // D
 
 
+def incumbent(inst: PartitionInstance, cfg: SolverConfig) -> PartitionResult | None:
+    """The best fixed-placement optimum over the loop and V placements (each device holding
+    n_stages / devices stages): a feasible joint plan that bounds the joint optimum."""
+    from octopipe.schedule.table import loop_placement, v_placement
+    k = stages_per_device(inst)
+    best = None
+    for pl in {loop_placement(inst.n_devices, k), v_placement(inst.n_devices, k)}:
+        try:
+            r = solve_instance(inst.with_placement(pl), cfg, explain=False)
+        except InfeasibleError:
+            continue
+        if r.fits_memory and (best is None or r.objective < best.objective):
+            best = r
+    return best
+
+
 def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
-                          objective: pulp.LpVariable | None) -> PlacementModel:
-    """Add the joint model's variables and constraints to `prob` (see the module docstring)."""
+                          objective: pulp.LpVariable | None,
+                          upper_bound: float | None = None) -> PlacementModel:
+    """Add the joint model's variables and constraints to `prob` (see the module docstring).
+
+    With `upper_bound` (a known plan's objective) the stage ends are windowed as in the
+    partition ILP, with each stage's work taken on the fastest kind (valid wherever it lands),
+    `T <= upper_bound`, and the interval cuts are added on the fastest kind as well.
+    """
     S, L, D = inst.n_stages, inst.n_layers, inst.n_devices
     k = stages_per_device(inst)
     tu = time_unit(inst)
     costs, cl = inst.costs, inst.cluster
-    stair = Staircase(prob, L, S)
+    used = sorted(set(inst.col))
+    fastest = np.min(inst.work_ps[:, used], axis=1)
+    windows = None
+    if upper_bound is not None:
+        windows = reach_windows(lambda s, lo, hi: float(fastest[hi] - fastest[lo]), L, S, upper_bound)
+    stair = Staircase(prob, L, S, windows=windows)
+    if upper_bound is not None and objective is not None:
+        prob += objective <= upper_bound / tu * (1 + 1e-9), "incumbent"
+        ends = [tuple(w) for w in stair.windows] + [(L, L)]
+        starts = [(0, 0)] + ends[:-1]
+        floor = float(fastest[-1]) / S / tu
+        for s in range(S):
+            for i in range(starts[s][0], starts[s][1] + 1):
+                for j in range(max(ends[s][0], i + 1), ends[s][1] + 1):
+                    w = float(fastest[j] - fastest[i]) / tu
+                    if w > floor:
+                        prob += objective >= stair.expr([(w, s, j - 1), (-w, s - 1, i)]), \
+                            f"interval_{s}_{i}_{j}"
     a = {(s, d): pulp.LpVariable(f"a_{s}_{d}", cat=pulp.LpBinary) for s in range(S) for d in range(D)}
     for s in range(S):
         prob += pulp.lpSum(a[s, d] for d in range(D)) == 1, f"one_device_{s}"
@@ -128,25 +168,42 @@ def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
 
 
 def solve_placement_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
-                             explain: bool = True) -> PartitionResult:
+                             explain: bool = True, presolve: bool = True) -> PartitionResult:
+    """Solve the joint ILP; `presolve` first solves the loop and V placements with the partition
+    ILP and uses the better plan to window the stage ends and bound T (same optimum)."""
     cfg = cfg or SolverConfig()
+    t0 = time.perf_counter()
+    inc = incumbent(inst, cfg) if presolve else None
     prob = pulp.LpProblem("partition_placement", pulp.LpMinimize)
     T = pulp.LpVariable("T", lowBound=0)
     prob += T
-    model = build_placement_model(prob, inst, T)
+    model = build_placement_model(prob, inst, T, inc.objective if inc is not None else None)
     out = run_model(prob, cfg)
-    name = f"joint_ilp_{cfg.name}"
+    out = replace(out, solve_time_s=time.perf_counter() - t0)
+    name = f"joint_ilp_{cfg.name}" if presolve else f"joint_ilp_plain_{cfg.name}"
     size = dict(n_variables=len(prob.variables()), n_constraints=len(prob.constraints))
     if not out.has_solution:
         if out.status == "Infeasible" and explain:
             raise InfeasibleError(explain_shortfall(inst, cfg, placement=()))
+        if inc is not None:
+            return _from_incumbent(inc, inst, name, out.solve_time_s, size)
         return PartitionResult((), (), float("inf"), (), (), False, False, out.solve_time_s, name,
                                status=out.status.lower(), **size)
     part, pl = model.solution()
     tu = time_unit(inst)
     bound = out.bound * tu if out.bound is not None else None
-    return make_result(inst, part, pl, name, out.solve_time_s, out.proven_optimal,
-                       status="optimal" if out.proven_optimal else "feasible", bound=bound, **size)
+    res = make_result(inst, part, pl, name, out.solve_time_s, out.proven_optimal,
+                      status="optimal" if out.proven_optimal else "feasible", bound=bound, **size)
+    if inc is not None and inc.objective < res.objective - 1e-12:
+        return _from_incumbent(inc, inst, name, out.solve_time_s, size)
+    return res
+
+
+def _from_incumbent(inc: PartitionResult, inst: PartitionInstance, name: str, dt: float,
+                    size: dict) -> PartitionResult:
+    """The time limit struck before the joint ILP beat its incumbent: return the incumbent."""
+    return make_result(inst, inc.partition, inc.placement, name, dt, False, status="feasible",
+                       meta={"source": "incumbent"}, **size)
 
 
 def solve_partition_placement(costs: CostTable, cluster: Cluster, n_stages: int,

@@ -60,8 +60,10 @@ def test_joint_placement_matches_brute_force(seed):
                                    inflight=[float(n_dev - d) for d in range(n_dev)])
     joint = solve_placement_instance(inst)
     brute = brute_force_placement(inst)
-    assert joint.proven_optimal
+    plain = solve_placement_instance(inst, presolve=False)
+    assert joint.proven_optimal and plain.proven_optimal
     assert joint.objective == pytest.approx(brute.objective, rel=1e-7)
+    assert plain.objective == pytest.approx(brute.objective, rel=1e-7)
     assert sorted(np.bincount(joint.placement)) == [n_stages // n_dev] * n_dev
 
 
