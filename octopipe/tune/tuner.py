@@ -181,7 +181,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
         except (OctoPipeError, ImportError) as e:
             ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
     spent = time.perf_counter() - t0
-    budget = max(0.5, cfg.search.time_budget_s - spent) * 0.8
+    # the rest of the budget: search, then finalists, row moves and checks (kept in the budget)
+    budget = max(0.5, 0.85 * (cfg.search.time_budget_s - spent) - cfg.polish_s)
     scfg = replace(cfg.search, time_budget_s=budget)
     with _progress(progress, budget) as update:
         outcome = search(problem, start_cands, scfg, seed, on_progress=update,
