@@ -190,7 +190,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     finals: list[Evaluated] = []
     seen_tables = set()
     for est, cand in outcome.pool:
-        if len(finals) >= cfg.finalists:
+        if len(finals) >= cfg.finalists or (finals and time.perf_counter() - t0 > cfg.search.time_budget_s):
             break
         plan = to_plan(problem, cand, model=model,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
@@ -208,7 +208,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     history = list(outcome.history)
     if finals and finals[0].feasible and cfg.polish_s > 0:
         top = finals[0]
-        plan, sim, moves = advance_into_bubbles(problem, top.plan, top.sim, cfg.polish_s)
+        left = cfg.search.time_budget_s - (time.perf_counter() - t0)
+        plan, sim, moves = advance_into_bubbles(problem, top.plan, top.sim, min(cfg.polish_s, max(0.0, left)))
         if moves:
             plan = replace(plan, meta={**plan.meta, "row_moves": moves})
             finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
