@@ -7,7 +7,6 @@ two checks: the simulated peak memory of every device is within its capacity, an
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np

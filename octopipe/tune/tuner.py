@@ -21,7 +21,6 @@ from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
-from octopipe.schedule.table import loop_placement
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.candidate import Candidate, Problem
