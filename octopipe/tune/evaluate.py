@@ -7,7 +7,7 @@ two checks: the simulated peak memory of every device is within its capacity, an
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -56,7 +56,15 @@ def simulate_plan(problem: Problem, plan: Plan):
 
 
 def evaluate(problem: Problem, name: str, group: str, plan: Plan) -> Evaluated:
-    """Simulate `plan`; it is feasible when it runs without deadlock and fits every device."""
+    """Simulate `plan`; it is feasible when it runs without deadlock and fits every device.
+
+    Under rendezvous or batched semantics the table is first lowered (explicit SEND/RECV cells
+    in torch's order): with implicit transfers placed next to their computes, a blocking send
+    deadlocks most schedules, while the lowered order is what a fixed-order runtime executes.
+    """
+    if problem.semantics != "eager" and not plan.table.is_lowered:
+        from octopipe.schedule.lower import lower
+        plan = replace(plan, table=lower(plan.table))
     try:
         sim = simulate_plan(problem, plan)
     except DeadlockError as e:

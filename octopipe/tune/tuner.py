@@ -205,7 +205,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
             finals.append(Evaluated("OctoPipe", "octopipe", plan, b.sim, True))
     finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
     history = list(outcome.history)
-    if finals and finals[0].feasible and cfg.polish_s > 0:
+    if finals and finals[0].feasible and cfg.polish_s > 0 and not finals[0].plan.table.is_lowered:
         top = finals[0]
         left = cfg.search.time_budget_s - (time.perf_counter() - t0)
         plan, sim, moves = advance_into_bubbles(problem, top.plan, top.sim, min(cfg.polish_s, max(0.0, left)))

@@ -83,3 +83,13 @@ def test_seeded_and_reproducible():
     assert a.plan.partition == b.plan.partition
     assert a.plan.table.rows == b.plan.table.rows
     assert [h["makespan_s"] for h in a.history] == [h["makespan_s"] for h in b.history]
+
+
+def test_blocking_semantics_get_a_lowered_deadlock_free_plan():
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, semantics="rendezvous")
+    assert res.plan.table.is_lowered
+    assert res.evaluated.checks["smt"] == "proved"
+    assert simulate(res.plan, costs, cl, semantics="rendezvous").makespan == pytest.approx(res.makespan_s)
+    for b in res.baselines:
+        assert res.makespan_s <= b.makespan_s * (1 + 1e-9)
