@@ -38,7 +38,10 @@ def aggregate(cases: list[dict]) -> dict:
 
     def col(rows, key):
         return [r[key] for r in rows if r.get(key) is not None]
+    per_baseline = sorted({k for c in het for k in c if k.startswith("speedup_vs_")
+                           and not k.startswith("speedup_vs_best")})
     return {
+        "geomean_speedup_per_baseline": {k[len("speedup_vs_"):]: geomean(col(het, k)) for k in per_baseline},
         "cases": len(cases), "planned": len(ok), "heterogeneous": len(het),
         "infeasible": len(cases) - len(ok),
         "geomean_speedup_vs_best_uniform": geomean(col(het, "speedup_vs_best_uniform")),
@@ -84,7 +87,7 @@ def plot(cases: list[dict], path: Path) -> None:
         return
     labels = [f"{c['model']} p{c['pp']} m{c['microbatches']} s{c.get('seq_len')}" for c in ok]
     x = range(len(ok))
-    fig, axes = plt.subplots(3, 1, figsize=(max(8, 0.35 * len(ok)), 10), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(max(8, 0.35 * len(ok)), 13))
     for key, name in (("speedup_vs_best_uniform", "best uniform"),
                       ("speedup_vs_best_balanced", "best balanced"),
                       ("speedup_vs_best_baseline", "best baseline")):
@@ -98,6 +101,14 @@ def plot(cases: list[dict], path: Path) -> None:
     axes[2].bar(x, [c["tuner_seconds"] for c in ok])
     axes[2].set_ylabel("tuner seconds")
     axes[2].set_xticks(list(x), labels, rotation=90, fontsize=6)
+    axes[0].set_xticks([])
+    axes[1].set_xticks([])
+    per = aggregate(cases)["geomean_speedup_per_baseline"]
+    names = [k for k, v in per.items() if v]
+    axes[3].bar(range(len(names)), [per[k] for k in names])
+    axes[3].axhline(1.0, color="gray", lw=0.8)
+    axes[3].set_xticks(range(len(names)), names, rotation=30, fontsize=7)
+    axes[3].set_ylabel("geomean speedup\n(heterogeneous)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -113,8 +124,14 @@ def report(root: Path) -> dict:
                           "experiment=suite` first")
     agg = aggregate(cases)
     md = table_md(cases)
+    def fmt(v):
+        if isinstance(v, float):
+            return _f(v, ".3f")
+        if isinstance(v, dict):
+            return ", ".join(f"{k} {_f(x, '.3f')}" for k, x in v.items())
+        return v
     text = "# OctoPipe benchmark suite\n\n" + md + "\n\n" + "\n".join(
-        f"- {k}: {_f(v, '.3f') if isinstance(v, float) else v}" for k, v in agg.items()) + "\n"
+        f"- {k}: {fmt(v)}" for k, v in agg.items()) + "\n"
     (root / "suite.md").write_text(text)
     (root / "suite.json").write_text(json.dumps({"aggregate": agg, "cases": cases}, indent=1, default=str))
     plot(cases, root / "suite.png")

@@ -112,7 +112,8 @@ class TuneResult:
             "search": self.search_stats,
         }
         for b in self.baselines:
-            key = "".join(ch if ch.isalnum() else "_" for ch in b.name.lower()).strip("_")
+            label = b.name.split(" (")[0]          # "I-1F1B (v=4)" -> one key for any chunk count
+            key = "".join(ch if ch.isalnum() else "_" for ch in label.lower()).strip("_")
             while "__" in key:
                 key = key.replace("__", "_")
             out[f"speedup_vs_{key}"] = self.speedup_vs(b) if b.feasible else None
