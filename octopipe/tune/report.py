@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,9 @@ def load_cases(root: Path) -> list[dict]:
         doc = json.loads(p.read_text())
         if doc.get("mode") != "plan":
             continue
+        # one key per baseline whatever its chunk count (older runs wrote "..._v_4")
+        for k in [k for k in doc if k.startswith("speedup_vs_") and re.search(r"_v_\d+$", k)]:
+            doc[re.sub(r"_v_\d+$", "", k)] = doc.pop(k)
         doc["_dir"] = str(p.parent.relative_to(root))
         cases.append(doc)
     return cases
