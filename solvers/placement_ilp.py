@@ -75,7 +75,7 @@ def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
 
     With `upper_bound` (a known plan's objective) the stage ends are windowed as in the
     partition ILP, with each stage's work taken on the fastest kind (valid wherever it lands),
-    `T <= upper_bound`, and the interval cuts are added on the fastest kind as well.
+    and `T <= upper_bound`.
     """
     S, L, D = inst.n_stages, inst.n_layers, inst.n_devices
     k = stages_per_device(inst)
@@ -89,16 +89,6 @@ def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
     stair = Staircase(prob, L, S, windows=windows)
     if upper_bound is not None and objective is not None:
         prob += objective <= upper_bound / tu * (1 + 1e-9), "incumbent"
-        ends = [tuple(w) for w in stair.windows] + [(L, L)]
-        starts = [(0, 0)] + ends[:-1]
-        floor = float(fastest[-1]) / S / tu
-        for s in range(S):
-            for i in range(starts[s][0], starts[s][1] + 1):
-                for j in range(max(ends[s][0], i + 1), ends[s][1] + 1):
-                    w = float(fastest[j] - fastest[i]) / tu
-                    if w > floor:
-                        prob += objective >= stair.expr([(w, s, j - 1), (-w, s - 1, i)]), \
-                            f"interval_{s}_{i}_{j}"
     a = {(s, d): pulp.LpVariable(f"a_{s}_{d}", cat=pulp.LpBinary) for s in range(S) for d in range(D)}
     for s in range(S):
         prob += pulp.lpSum(a[s, d] for d in range(D)) == 1, f"one_device_{s}"
