@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from octopipe.errors import ConfigError, ScheduleError
-from octopipe.schedule.action import (RECV_B, RECV_F, SEND_B, SEND_F, Action, ActionKind, B, F,
-                                      I, W)
+from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
 from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
 
@@ -255,4 +254,4 @@ def _add_edges(g: EventGraph, split: set[tuple[int, int]]) -> None:
             E.append((g.reach(g.unit_of[t.recv]), g.arrive(i), f"needs {t.recv} posted on device {t.dst}"))
 
 
-__all__ = ["SEMANTICS", "EventGraph", "Transfer", "Unit", "build_event_graph", "ActionKind", "W"]
+__all__ = ["SEMANTICS", "EventGraph", "Transfer", "Unit", "build_event_graph"]
