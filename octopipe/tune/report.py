@@ -2,7 +2,8 @@
 
 Reads every `summary.json` written by mode=plan under the directory and prints one table (model,
 devices, micro-batches, sequence, OctoPipe iteration time, speedup over the best uniform, best
-balanced and best overall baseline, efficiency against the lower bound, tuner seconds), the
+balanced and best overall baseline, efficiency against the lower bound (total work / devices)
+and against the layer bound (also no device before the heaviest layer's work), tuner seconds), the
 geometric-mean speedups over the heterogeneous cases, and writes `suite.md`, `suite.json` and
 `suite.png` (speedups, efficiency and tuner time per case) into the directory.
 """
@@ -53,6 +54,7 @@ def aggregate(cases: list[dict]) -> dict:
         "geomean_speedup_vs_best_baseline": geomean(col(het, "speedup_vs_best_baseline")),
         "min_speedup_vs_best_baseline": min(col(het, "speedup_vs_best_baseline"), default=None),
         "mean_efficiency_vs_lower_bound": (sum(col(ok, "efficiency_vs_lower_bound")) / len(ok)) if ok else None,
+        "mean_efficiency_vs_layer_bound": (sum(col(ok, "efficiency_vs_layer_bound")) / len(ok)) if ok else None,
         "max_tuner_seconds": max(col(ok, "tuner_seconds"), default=None),
         "control_geomean_speedup_vs_best_baseline": geomean(
             col([c for c in ok if c not in het], "speedup_vs_best_baseline")),
@@ -65,20 +67,21 @@ def _f(x, fmt):
 
 def table_md(cases: list[dict]) -> str:
     lines = ["| model | pp | mb | seq | OctoPipe ms | vs best uniform | vs best balanced | "
-             "vs best baseline (which) | efficiency | tuner s |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "vs best baseline (which) | efficiency | eff. vs layer bound | tuner s |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     key = lambda c: (str(c.get("model")), c.get("pp", 0), c.get("microbatches", 0), c.get("seq_len", 0))
     for c in sorted(cases, key=key):
         if c.get("status", "ok") != "ok":
             lines.append(f"| {c.get('model')} | {c.get('pp')} | {c.get('microbatches')} | "
-                         f"{c.get('seq_len')} | infeasible | | | {c.get('reason', '')[:60]} | | |")
+                         f"{c.get('seq_len')} | infeasible | | | {c.get('reason', '')[:60]} | | | |")
             continue
         lines.append(
             f"| {c['model']} | {c['pp']} | {c['microbatches']} | {c.get('seq_len')} | "
             f"{c['makespan_s'] * 1e3:.1f} | {_f(c.get('speedup_vs_best_uniform'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_balanced'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_baseline'), '.2f')} ({c.get('best_baseline')}) | "
-            f"{c['efficiency_vs_lower_bound']:.3f} | {c['tuner_seconds']:.1f} |")
+            f"{c['efficiency_vs_lower_bound']:.3f} | {_f(c.get('efficiency_vs_layer_bound'), '.3f')} | "
+            f"{c['tuner_seconds']:.1f} |")
     return "\n".join(lines)
 
 
