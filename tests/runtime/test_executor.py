@@ -80,3 +80,18 @@ def test_chimera_replicas_all_reduce_their_gradients_to_the_reference():
     table = build_schedule("chimera", 2, 4)
     assert table.replicas
     check(model, table, iterations=2, lr=0.3)
+
+
+@pytest.mark.parametrize("dispatch", ["strict", "ready_first"])
+def test_many_random_tables_on_four_ranks_finish(dispatch):
+    """Emulated compute (sub-millisecond sleeps, real messages): random orders, random
+    placements with several non-adjacent stages per rank, mixed B and I/W — none may hang
+    (a hang becomes a RuntimeExecutionError after `stall_s`, failing the test)."""
+    for seed in range(6):
+        table = random_table(n_devices=4, n_stages=7, n_microbatches=4, seed=100 + seed)
+        durations = {s: (2e-4, 2e-4, 1e-4) for s in range(table.n_stages)}
+        res = execute(None, uniform_partition(table.n_stages, table.n_stages), table, dispatch=dispatch,
+                      compute="emulated", durations=durations, message_elems={s: 64 for s in range(7)},
+                      timeout_s=60, stall_s=10)
+        done = sum(1 for ev in res.events for e in ev if "action" in e)
+        assert done == sum(len(table.actions(d)) for d in range(4))
