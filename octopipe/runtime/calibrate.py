@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 
@@ -45,9 +44,20 @@ def measure_loopback(repeats: int = 20, cache: Path | None = None) -> Link:
     if cache is not None and cache.exists():
         d = json.loads(cache.read_text())
         return Link(d["name"], d["bandwidth"], d["latency"])
-    from octopipe.runtime.launch import free_port
+    from octopipe.errors import RuntimeExecutionError
+    from octopipe.runtime.launch import _context, free_port
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"octopipe-pingpong-{os.getpid()}.json"
-    mp.start_processes(_pingpong, args=(free_port(), repeats, str(tmp)), nprocs=2, start_method="spawn")
+    ctx, port = _context(), free_port()
+    procs = [ctx.Process(target=_pingpong, args=(r, port, repeats, str(tmp))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        if p.exitcode is None:
+            p.kill()
+    if any(p.exitcode != 0 for p in procs) or not tmp.exists():
+        raise RuntimeExecutionError("the loopback ping-pong between two gloo ranks failed; check that "
+                                    "127.0.0.1 accepts local TCP connections")
     t = {int(k): v for k, v in json.loads(tmp.read_text()).items()}
     tmp.unlink()
     small, big = t[SIZES[0]], t[SIZES[1]]
