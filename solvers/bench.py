@@ -117,7 +117,7 @@ def bench_joint(cfg: SolverConfig, quick: bool) -> list[dict]:
     if not quick:
         grid += [(64, 16, 4), (64, 32, 16)]
     rows = []
-    c = replace(cfg, time_limit_s=30.0 if quick else 60.0)
+    c = replace(cfg, time_limit_s=30.0)
     for L, S, D in grid:
         inst = random_instance(7, L, D, True, n_stages=S)
         free = replace(inst, placement=())
