@@ -76,9 +76,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     if best_ev is not None:
         console.print(_why(best_ev.name, best_ev.attribution(), best_ev.sim.makespan))
     console.print(_why("OctoPipe", res.attribution, res.makespan_s))
-    best = summary["best_baseline"]
-    console.print(f"OctoPipe: {summary['speedup_vs_best_baseline']:.2f}× faster than the best baseline "
-                  f"({best}); {summary['efficiency_vs_lower_bound']:.1%} of the lower bound "
+    console.print(f"OctoPipe: {res.versus_text()}; {summary['efficiency_vs_lower_bound']:.1%} of the lower bound "
                   f"(total work / devices); plan: {res.plan.meta.get('candidate', res.plan.meta.get('origin'))}; "
                   f"tuned in {res.tuner_seconds:.1f} s; checks: memory fits, deadlock "
                   f"{res.evaluated.checks.get('smt', '?')}")

@@ -57,8 +57,7 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
     tokens = res.tokens_per_iteration
     lines = [f"# OctoPipe plan: {model} on {pp} devices ({cluster}), {mb} micro-batches", ""]
     lines += [f"OctoPipe runs an iteration in **{res.makespan_s * 1e3:.1f} ms**, "
-              f"{s['speedup_vs_best_baseline']:.2f}× faster than the best baseline "
-              f"({s['best_baseline']}), at {s['efficiency_vs_lower_bound']:.1%} of the lower bound "
+              f"{res.versus_text()}, at {s['efficiency_vs_lower_bound']:.1%} of the lower bound "
               f"({res.lower_bound_s * 1e3:.1f} ms = total work / devices). "
               f"Tuning took {res.tuner_seconds:.1f} s.", ""]
     lines += ["| schedule | partition | iteration (ms) | tokens/s | bubble | peak memory (GiB) | OctoPipe speedup |",

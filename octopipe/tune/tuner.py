@@ -81,6 +81,14 @@ class TuneResult:
     def speedup_vs(self, ev: Evaluated | None) -> float | None:
         return None if ev is None else ev.makespan_s / self.makespan_s
 
+    def versus_text(self) -> str:
+        """'1.12× faster than the best baseline (ZB-H1 balanced)', or why there is no ratio."""
+        best = self.best_baseline()
+        if best is None:
+            return ("no baseline fits in memory (or runs) here, the OctoPipe plan does"
+                    if self.baselines else "no baselines were run")
+        return f"{self.speedup_vs(best):.2f}× faster than the best baseline ({best.name})"
+
     def summary(self) -> dict:
         """The summary.json figures (snake_case, units in the names)."""
         s = self.sim_result

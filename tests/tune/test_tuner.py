@@ -93,3 +93,16 @@ def test_blocking_semantics_get_a_lowered_deadlock_free_plan():
     assert simulate(res.plan, costs, cl, semantics="rendezvous").makespan == pytest.approx(res.makespan_s)
     for b in res.baselines:
         assert res.makespan_s <= b.makespan_s * (1 + 1e-9)
+
+
+def test_only_the_tuned_plan_fits(tmp_path):
+    """When every baseline runs out of memory the tuner still plans, and says so."""
+    from octopipe.tune.report_md import plan_report
+    costs = hetero_costs()
+    cap = 12 * 2**30
+    res = tune(costs, free_cluster(4, memory_bytes=cap), 4, 16, tuner_cfg=CFG)
+    assert res.baselines and not any(b.feasible for b in res.baselines)
+    assert max(res.sim_result.peak_memory) <= cap
+    assert res.summary()["speedup_vs_best_baseline"] is None
+    assert "no baseline fits" in res.versus_text()
+    assert "no baseline fits" in plan_report(res, "m", "c", 4, 16)
