@@ -78,14 +78,17 @@ def emulated(model_name: str, cluster_name: str, n: int, m: int, dispatch: str, 
     return _group(f"emulated: {model.name} on {cluster_name}, {n} ranks, {m} micro-batches, {dispatch}", rows)
 
 
-def real(model_name: str, n: int, m: int, dispatch: str, iterations: int) -> dict:
+def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh: bool = True) -> dict:
     from octopipe.cost.profiled import profiled_costs
     from octopipe.model.build import build_model
     from octopipe.run import CONF_DIR
     from octopipe.runtime.calibrate import local_cluster, measure_loopback
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"))
     cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
-    costs = profiled_costs(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), model, cluster)
+    cost_cfg = OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
+    if fresh:
+        cost_cfg.cache_dir = ""    # profile now, under the machine's present load
+    costs = profiled_costs(cost_cfg, model, cluster)
     rows = []
     for name in REAL:
         table = build_schedule(name, n, m)
@@ -102,6 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-emulated", action="store_true")
     ap.add_argument("--dispatch", default="strict", choices=["strict", "ready_first"])
     ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--cached-profile", action="store_true",
+                    help="reuse the cached layer profile instead of measuring it again first")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args(argv)
     groups = []
@@ -109,11 +114,12 @@ def main(argv: list[str] | None = None) -> dict:
         groups.append(emulated("nemotron_h_8b", "h100_1x8", 8, 16, args.dispatch, args.iterations))
     if not args.skip_real:
         for n in (2, 4):
-            groups.append(real("tiny_hybrid", n, 8, args.dispatch, args.iterations))
+            groups.append(real("tiny_hybrid", n, 8, args.dispatch, args.iterations, not args.cached_profile))
     doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "groups": groups}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "runtime_fidelity.json", doc)
+    part = "" if not (args.skip_real or args.skip_emulated) else ("_emulated" if args.skip_real else "_real")
+    write_json(out / f"runtime_fidelity{part}.json", doc)
     return doc
 
 
