@@ -133,10 +133,14 @@ class Problem:
         return float(self.n_microbatches * fastest / per_dev_rate.sum())
 
     def layer_bound(self) -> float:
-        """A tighter bound for coarse models: no device finishes before the heaviest single
-        layer's work (layers are never split), nor before `lower_bound`."""
-        heaviest = float(self.layer_work().min(axis=1).max())
-        return max(self.lower_bound(), self.n_microbatches * heaviest)
+        """A tighter bound for coarse models: layers are never split, so the device holding
+        layer l cannot start it before micro-batch 0's forward has crossed every earlier layer,
+        and then owes all of layer l's work: max_l (sum_{j<l} f_j + M * work_l); and never
+        below `lower_bound`."""
+        f = self.costs.f[:, self.kind_col].min(axis=1)
+        work = self.layer_work().min(axis=1)
+        before = np.concatenate([[0.0], np.cumsum(f)[:-1]])
+        return max(self.lower_bound(), float((before + self.n_microbatches * work).max()))
 
     def _prefix(self) -> dict[str, np.ndarray]:
         pre = self.__dict__.get("_pre")

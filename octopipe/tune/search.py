@@ -2,8 +2,8 @@
 
 simulate (estimate) → attribute → moves aimed at the largest cause → rank cheaply (bubble
 pressure, static balance) → estimate the best few → keep an improvement; at a local optimum kick
-the best candidate (random moves) or restart from the next seed; stop at convergence (patience),
-the iteration cap or the time budget. Every random choice follows `seed`: two runs with the
+the best candidate (random moves) or restart from the next seed; stop at convergence (patience
+exhausted and every seed restarted from), the iteration cap or the time budget. Every random choice follows `seed`: two runs with the
 same seed give the same plan unless the clock (time budget) stopped one of them.
 """
 from __future__ import annotations
@@ -137,7 +137,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         if it > cfg.max_iters:
             stop = "iteration cap"
             break
-        if since_best >= cfg.patience:
+        if since_best >= cfg.patience and not restarts:
             stop = "converged"
             break
         res = problem.estimate(cur)
@@ -161,7 +161,9 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
                                     "makespan_s": v, "move": tag, "candidate": x.describe()})
         if not improved:
             since_best += 1
-            if restarts and since_best % 4 == 2:
+            # restart from an unexplored seed now and then; past the patience, every third
+            # iteration until the seeds run out (then the search has converged)
+            if restarts and (since_best % 4 == 2 or (since_best >= cfg.patience and since_best % 3 == 0)):
                 cur = restarts.pop(0)
             else:
                 cur = perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))

@@ -7,7 +7,7 @@ import pytest
 
 from octopipe.cost.table import CostTable
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.tune import tune
+from octopipe.tune import Problem, tune
 
 from .helpers import free_cluster
 
@@ -118,6 +118,9 @@ def test_tuner_reaches_brute_force_optimum(f, D, M, splits, max_stages):
     res = tune(costs, cluster, D, M, tuner_cfg=CFG, baselines=False)
     # the tuner searches split backward too, so it may beat a full-backward-only optimum
     assert res.makespan_s <= opt * (1 + 1e-9), f"tuner {res.makespan_s} vs optimum {opt}"
+    # the bounds the reports divide by are valid: no plan beats them
+    pb = Problem.build(costs, cluster, D, M)
+    assert pb.lower_bound() <= pb.layer_bound() <= min(opt, res.makespan_s) * (1 + 1e-9)
 
 
 def test_split_backward_optimum_with_two_microbatches():
