@@ -52,7 +52,11 @@ class ListResult:
 
 
 def _compile() -> "ctypes.CDLL | None":
-    src = _SRC.read_bytes()
+    """Build (once per source version) and load the C engine; None if that is not possible."""
+    try:
+        src = _SRC.read_bytes()
+    except OSError:
+        return None
     tag = hashlib.sha1(src).hexdigest()[:12]
     cache = Path(os.environ.get("OCTOPIPE_CACHE", Path(tempfile.gettempdir()) / f"octopipe-{os.getuid()}"))
     lib_path = cache / f"listsched-{tag}.so"
