@@ -3,7 +3,7 @@
 Each distinct layer (kind, shape, sequence, micro-batch size, device, threads, torch version)
 is timed once with its real runtime module, the same way the runtime runs it: F is the forward,
 I the input gradient with the graph kept, W the parameter gradients from what I kept; the
-lower quartile of `repeats` runs after `warmup` is cached as JSON under `cache_dir`, so the planner can
+median (or `statistic`) of `repeats` runs after `warmup` is cached as JSON under `cache_dir`, so the planner can
 plan for the machine it runs on without re-measuring. Memory, parameter and FLOP columns come
 from the analytic model; message sizes are the runtime's real fp32 activations.
 """
@@ -23,7 +23,9 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.spec import ModelSpec
 
-DEFAULTS = {"device": "auto", "repeats": 9, "warmup": 2, "threads": 1, "cache_dir": "runs/cache/profiled"}
+DEFAULTS = {"device": "auto", "repeats": 9, "warmup": 2, "threads": 1, "cache_dir": "runs/cache/profiled",
+            "statistic": "median"}
+STATISTICS = {"median": 50, "q25": 25, "min": 0}
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -37,9 +39,9 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: int = 5,
-                  warmup: int = 2) -> dict[str, float]:
+                  warmup: int = 2, statistic: str = "median") -> dict[str, float]:
     """F, I, W (and full B) seconds of layer `index` for one micro-batch on `device`, run as the
-    runtime runs them; the lower quartile of `repeats` runs, which is robust to a shared CPU."""
+    runtime runs them; `statistic` (median, q25, min) of `repeats` runs."""
     from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
     from octopipe.runtime.layers import build_layer, carry_shape
@@ -77,14 +79,14 @@ def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: i
             c = clock
             for k, v in zip("fiwb", (c[1] - c[0], c[2] - c[1], c[3] - c[2], c[5] - c[4])):
                 samples[k].append(v)
-    return {k: float(np.percentile(v, 25)) for k, v in samples.items()}
+    return {k: float(np.percentile(v, STATISTICS[statistic])) for k, v in samples.items()}
 
 
-def _key(model: ModelSpec, index: int, device: str, threads: int) -> str:
+def _key(model: ModelSpec, index: int, device: str, threads: int, statistic: str) -> str:
     spec = model.layers[index]
     prev = model.layers[index - 1] if index else None
     text = repr((spec, prev and (prev.kind, prev.hidden), model.seq_len, model.micro_batch_size,
-                 model.vocab, device, threads, torch.__version__))
+                 model.vocab, device, threads, statistic, torch.__version__))
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -99,20 +101,21 @@ def _device(name: str) -> torch.device:
 
 
 def profile_model(model: ModelSpec, device: torch.device, repeats: int = 5, warmup: int = 2,
-                  threads: int = 1, cache_dir: Path | None = None) -> list[dict[str, float]]:
+                  threads: int = 1, cache_dir: Path | None = None,
+                  statistic: str = "median") -> list[dict[str, float]]:
     """Per-layer timings, each distinct layer measured once (and cached when `cache_dir`)."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         out, seen = [], {}
         for j in range(model.n_layers):
-            key = _key(model, j, str(device), threads)
+            key = _key(model, j, str(device), threads, statistic)
             path = cache_dir / f"{key}.json" if cache_dir is not None else None
             if key not in seen:
                 if path is not None and path.exists():
                     seen[key] = json.loads(path.read_text())
                 else:
-                    seen[key] = measure_layer(model, j, device, repeats, warmup)
+                    seen[key] = measure_layer(model, j, device, repeats, warmup, statistic)
                     if path is not None:
                         path.parent.mkdir(parents=True, exist_ok=True)
                         path.write_text(json.dumps(seen[key]))
@@ -132,8 +135,11 @@ def profiled_costs(cost_cfg: Any, model: ModelSpec, cluster: Cluster) -> CostTab
         raise ConfigError(f"cost.repeats={repeats}, cost.warmup={warmup}, cost.threads={threads}: "
                           "need repeats >= 1, warmup >= 0, threads >= 1")
     device = _device(str(_get(cost_cfg, "device")))
+    statistic = str(_get(cost_cfg, "statistic"))
+    if statistic not in STATISTICS:
+        raise ConfigError(f"cost.statistic={statistic!r}: choose {', '.join(STATISTICS)}")
     cache = _get(cost_cfg, "cache_dir")
-    times = profile_model(model, device, repeats, warmup, threads, Path(cache) if cache else None)
+    times = profile_model(model, device, repeats, warmup, threads, Path(cache) if cache else None, statistic)
     base = analytic_costs(cost_cfg, model, cluster)
     k = len(base.kinds)
     col = {name: np.repeat(np.array([t[name] for t in times])[:, None], k, axis=1) for name in "fiw"}

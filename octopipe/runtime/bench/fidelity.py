@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-emulated", action="store_true")
     ap.add_argument("--dispatch", default="strict", choices=["strict", "ready_first"])
     ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="real-compute rank counts")
     ap.add_argument("--cached-profile", action="store_true",
                     help="reuse the cached layer profile instead of measuring it again first")
     ap.add_argument("--out", default="runs/bench")
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.skip_emulated:
         groups.append(emulated("nemotron_h_8b", "h100_1x8", 8, 16, args.dispatch, args.iterations))
     if not args.skip_real:
-        for n in (2, 4):
+        for n in args.ranks:
             groups.append(real("tiny_hybrid", n, 8, args.dispatch, args.iterations, not args.cached_profile))
     doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "groups": groups}
     out = Path(args.out)
