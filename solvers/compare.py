@@ -206,7 +206,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for m in sorted({r["method"] for r in rows}):
         pts = sorted((r["size"], max(r["solve_time_s"], 1e-5)) for r in rows if r["method"] == m)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=4, label=m, alpha=0.8)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=5, label=m, alpha=0.75)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("instance size (layers × stages)")
