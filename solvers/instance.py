@@ -28,21 +28,6 @@ from octopipe.errors import ConfigError
 Partition = tuple[tuple[int, int], ...]
 
 
-def kind_columns(costs: CostTable, cluster: Cluster) -> tuple[int, ...]:
-    """The CostTable column of each device's kind (matched by name; one column serves all)."""
-    cols = []
-    for d in range(cluster.n_devices):
-        name = cluster.kind_of(d).name
-        if name in costs.kinds:
-            cols.append(costs.kinds.index(name))
-        elif len(costs.kinds) == 1:
-            cols.append(0)
-        else:
-            raise ConfigError(f"device {d} is a {name!r} but the cost table only has columns "
-                              f"{', '.join(costs.kinds)}; build the costs for this cluster")
-    return tuple(cols)
-
-
 def inflight_counts(schedule_name: str, n_devices: int, n_microbatches: int,
                     chunks: int | None = None) -> tuple[float, ...]:
     """Activation copies the named schedule keeps alive at its peak, per device (schedule library)."""
@@ -97,7 +82,7 @@ class PartitionInstance:
         work_ps = np.vstack([np.zeros((1, work.shape[1])), np.cumsum(work, axis=0)])
         act_ps = np.concatenate([[0.0], np.cumsum(costs.act_bytes)])
         static_ps = np.concatenate([[0.0], np.cumsum(costs.static_bytes)])
-        return cls(costs, cluster, n_stages, placement or (), inflight, kind_columns(costs, cluster),
+        return cls(costs, cluster, n_stages, placement or (), inflight, costs.columns_for(cluster),
                    cap, work_ps, act_ps, static_ps)
 
     @property

@@ -5,8 +5,12 @@ Prefix sums make any stage's total an O(1) lookup, which the ILP, simulator and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from octopipe.cluster import Cluster
 
 
 def _prefix(a: np.ndarray) -> np.ndarray:
@@ -70,6 +74,21 @@ class CostTable:
 
     def kind_index(self, kind_name: str) -> int:
         return self.kinds.index(kind_name)
+
+    def columns_for(self, cluster: "Cluster", n_devices: int | None = None) -> tuple[int, ...]:
+        """The column of each pipeline rank's device kind (matched by name; one column serves all)."""
+        from octopipe.errors import ConfigError
+        cols = []
+        for d in range(cluster.n_devices if n_devices is None else n_devices):
+            name = cluster.kind_of(d).name
+            if name in self.kinds:
+                cols.append(self.kinds.index(name))
+            elif len(self.kinds) == 1:
+                cols.append(0)
+            else:
+                raise ConfigError(f"the cost table has no column for device kind {name!r} of rank {d} "
+                                  f"(columns: {', '.join(self.kinds)}); build the costs for this cluster")
+        return tuple(cols)
 
     def _ps(self, name: str) -> np.ndarray:
         if name not in self._prefix:

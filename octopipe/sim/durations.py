@@ -43,21 +43,6 @@ class Durations:
                        transfer=self.transfer if transfer is None else transfer)
 
 
-def kind_columns(cost: CostTable, cluster: Cluster, n_devices: int) -> list[int]:
-    """CostTable column of each device, matched by device-kind name."""
-    cols = []
-    for d in range(n_devices):
-        name = cluster.kind_of(d).name
-        if name in cost.kinds:
-            cols.append(cost.kinds.index(name))
-        elif len(cost.kinds) == 1:
-            cols.append(0)
-        else:
-            raise ConfigError(f"the cost table has no column for device kind {name!r} of rank {d} "
-                              f"(columns: {', '.join(cost.kinds)}); build costs for this cluster")
-    return cols
-
-
 def bind(program: Program, partition: Sequence[tuple[int, int]] | None, cost: CostTable,
          cluster: Cluster, tokens_per_microbatch: int | None = None) -> Durations:
     """Durations of every node of `program` for one partition, cost table and cluster."""
@@ -74,7 +59,7 @@ def bind(program: Program, partition: Sequence[tuple[int, int]] | None, cost: Co
     if cluster.n_devices < n_d:
         raise ConfigError(f"the table has {n_d} devices but cluster {cluster.name!r} has "
                           f"{cluster.n_devices}; set pp <= {cluster.n_devices} or use a larger cluster")
-    cols = kind_columns(cost, cluster, n_d)
+    cols = list(cost.columns_for(cluster, n_d))
     used = sorted(set(cols))
     per_col = {k: cost.stage_costs(partition, [k] * n_s) for k in used}
     fiwb = np.zeros((len(cost.kinds), 4, n_s))
