@@ -34,7 +34,7 @@ from octopipe.schedule.action import (RECV_B, RECV_F, SEND_B, SEND_F, Action, Ac
                                       F, I)
 from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
-from octopipe.schedule.validate import validate
+from octopipe.schedule.validate import first_stuck, validate
 
 Transfer = tuple[Action, Action]
 
@@ -199,26 +199,12 @@ def _check_runs(table: ScheduleTable, where: dict[Action, tuple[int, int]],
     succ: dict[Action, list[Action]] = defaultdict(list)
     cells = {**pos, **where}
     indeg = {a: 0 for a in cells}
-    for row in table.rows:
-        acts = [a for a in row if a is not None]
-        for x, y in zip(acts, acts[1:]):
-            succ[x].append(y)
-            indeg[y] += 1
     for x in where:
         if x.kind in (RECV_F, RECV_B):
             succ[matching(x)].append(x)
             indeg[x] += 1
-    ready = deque(a for a, k in indeg.items() if k == 0)
-    seen = 0
-    while ready:
-        a = ready.popleft()
-        seen += 1
-        for b in succ[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                ready.append(b)
-    if seen < len(cells):
-        stuck = min((a for a, k in indeg.items() if k > 0), key=lambda a: (cells[a][1], cells[a][0]))
+    stuck = first_stuck(table, cells, succ, indeg)
+    if stuck is not None:
         raise _fail(table, cells[stuck], f"the lowered table deadlocks: {stuck} waits in a cycle of "
                     "receives and device orders even with buffered sends", DeadlockError)
 

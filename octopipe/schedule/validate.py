@@ -105,6 +105,18 @@ def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
                             f"{kind} ({a} needs {p} first)")
             succ[p].append(a)
             indeg[a] += 1
+    stuck = first_stuck(table, where, succ, indeg)
+    if stuck is not None:
+        raise _fail(table, where[stuck], f"the table can never run: {stuck} waits in a cycle of device "
+                    "orders and data dependencies (no order of execution satisfies both)")
+
+
+def first_stuck(table: ScheduleTable, cells: dict[Action, tuple[int, int]],
+                succ: dict[Action, list[Action]], indeg: dict[Action, int]) -> Action | None:
+    """Add each device's row order to the wait graph `succ`/`indeg` and run Kahn's algorithm.
+
+    Returns None when every cell can run, else the earliest cell (by column) left in a cycle.
+    """
     for row in table.rows:
         acts = [a for a in row if a is not None]
         for x, y in zip(acts, acts[1:]):
@@ -119,10 +131,9 @@ def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
             indeg[b] -= 1
             if indeg[b] == 0:
                 ready.append(b)
-    if seen < len(where):
-        stuck = min((a for a, k in indeg.items() if k > 0), key=lambda a: (where[a][1], where[a][0]))
-        raise _fail(table, where[stuck], f"the table can never run: {stuck} waits in a cycle of device "
-                    "orders and data dependencies (no order of execution satisfies both)")
+    if seen == len(cells):
+        return None
+    return min((a for a, k in indeg.items() if k > 0), key=lambda a: (cells[a][1], cells[a][0]))
 
 
 def is_valid(table: ScheduleTable) -> bool:
@@ -133,4 +144,4 @@ def is_valid(table: ScheduleTable) -> bool:
     return True
 
 
-__all__ = ["validate", "is_valid", "data_predecessors", "ActionKind"]
+__all__ = ["validate", "is_valid", "data_predecessors", "first_stuck", "ActionKind"]
