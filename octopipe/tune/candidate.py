@@ -135,12 +135,22 @@ class Problem:
     def layer_bound(self) -> float:
         """A tighter bound for coarse models: layers are never split, so the device holding
         layer l cannot start it before micro-batch 0's forward has crossed every earlier layer,
-        and then owes all of layer l's work: max_l (sum_{j<l} f_j + M * work_l); and never
-        below `lower_bound`."""
-        f = self.costs.f[:, self.kind_col].min(axis=1)
+        and then owes all of layer l's work: max_l (sum_{j<l} f_j + M * work_l). Its weight
+        gradients may wait, but after its last input gradient that micro-batch still needs the
+        input gradients of every earlier layer and layer 0's weight gradient:
+        sum_{j<l} f_j + M * (f_l + i_l) + sum_{j<l} i_j + w_0 (l >= 1). Never below
+        `lower_bound`."""
+        c = self.costs
+        f = c.f[:, self.kind_col].min(axis=1)
+        i = c.i[:, self.kind_col].min(axis=1)
+        w0 = float(c.w[0, self.kind_col].min())
         work = self.layer_work().min(axis=1)
+        M = self.n_microbatches
         before = np.concatenate([[0.0], np.cumsum(f)[:-1]])
-        return max(self.lower_bound(), float((before + self.n_microbatches * work).max()))
+        chain = np.concatenate([[0.0], np.cumsum(i)[:-1] + w0])
+        fill = before + M * work
+        drain = before + M * np.minimum(f + i, work) + chain
+        return max(self.lower_bound(), float(fill.max()), float(drain.max()))
 
     def _prefix(self) -> dict[str, np.ndarray]:
         pre = self.__dict__.get("_pre")

@@ -129,3 +129,28 @@ def test_split_backward_optimum_with_two_microbatches():
     opt = brute_force(costs, cluster, 2, 2, (False, True), max_stages=2)
     res = tune(costs, cluster, 2, 2, tuner_cfg=CFG, baselines=False)
     assert res.makespan_s <= opt * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("f,D,M,splits,max_stages", [
+    ([1.0, 2.0, 1.5], 2, 1, (False, True), None),
+    ([1.0, 2.0, 1.5], 2, 2, (False,), None),
+    ([3.0, 1.0, 1.0, 1.0], 2, 2, (False, True), 2),
+    ([1.0, 1.0, 1.0], 2, 1, (False, True), None),
+])
+def test_device_bound_is_valid(f, D, M, splits, max_stages):
+    """The whole-layer, fill/drain-aware bound never exceeds the brute-force optimum."""
+    from octopipe.tune.bounds import device_bound
+    costs, cluster = _costs(f), free_cluster(D)
+    opt = brute_force(costs, cluster, D, M, splits, max_stages)
+    pb = Problem.build(costs, cluster, D, M)
+    assert pb.layer_bound() <= device_bound(pb) <= opt * (1 + 1e-9)
+
+
+def test_device_bound_counts_whole_layers():
+    """Five equal layers on two devices: one device does three of them for every micro-batch."""
+    from octopipe.tune.bounds import device_bound
+    costs, cluster = _costs([1.0] * 5), free_cluster(2)
+    pb = Problem.build(costs, cluster, 2, 4)
+    work = 1.0 + 0.75 + 0.5
+    assert pb.lower_bound() == pytest.approx(4 * 5 * work / 2)
+    assert device_bound(pb) >= 4 * 3 * work * (1 - 1e-9)
