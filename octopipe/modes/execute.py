@@ -7,7 +7,14 @@ tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several 
 Model: `runtime.compute=real` builds the layers, so a model too large for this machine would not
 fit: with `runtime.model=auto` (the default) a model above `runtime.max_params` parameters is
 replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one. The
-simulator then gets costs measured here (cost=profiled) and the measured loopback link.
+simulator then gets costs calibrated in situ (`runtime.calibrate=true`, the default; see
+octopipe/runtime/insitu.py): before the plans run, one separate launch of a calibration table (1F1B
+with half its backwards split into I and W) on the same ranks, backend and threads measures
+F, I, W and B of every stage; per-layer costs fitted from it (on the `cost=profiled` layer
+profile's shape, durations referred to a core of their own and stretched again where ranks share
+the machine's cores) give `simulated_iteration_s`. The offline profile's prediction stays in
+`simulated_profiled_iteration_s` / `fidelity_error_profiled`; `runtime.calibrate=false` (or fewer
+than 2 micro-batches) predicts from the profile alone. The loopback link is measured too.
 `runtime.compute=emulated` keeps the selected model: every action sleeps its modelled time
 (cost=analytic/file/profiled, scaled to `runtime.emulate_step_s`) while messages of the modelled
 sizes really travel, so 8-16 ranks fit on two cores.
@@ -103,6 +110,24 @@ def _costs(cfg: Any, model, compute: str, n: int):
     return profiled_costs(cost_cfg, model, sim_cluster), sim_cluster
 
 
+def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int, iterations: int,
+                 console: Console):
+    """The in-situ calibration for `plan`'s ranks and micro-batches, or None (see the docstring)."""
+    from octopipe.runtime.cores import available_cores
+    from octopipe.runtime.insitu import calibrate
+    if not bool(_opt(cfg, "calibrate", True)):
+        return None
+    n, m = plan.table.n_devices, plan.table.n_microbatches
+    if m < 2:
+        console.print(f"[yellow]runtime.calibrate: {m} micro-batch is too few for the calibration run "
+                      "(it needs 2); predicting from cost=profiled alone[/yellow]")
+        return None
+    cal, _ = calibrate(model, costs, n, m, dispatch=dispatch, iterations=iterations, warmup=warmup,
+                       seed=int(cfg.get("seed", 0)), cores=available_cores(),
+                       timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
+    return cal
+
+
 def run(cfg, out_dir: Path) -> dict:
     from octopipe.run import write_json
     from octopipe.runtime.fidelity import compare
@@ -125,9 +150,12 @@ def run(cfg, out_dir: Path) -> dict:
     model = choose_model(cfg, console)
     costs, sim_cluster = _costs(cfg, model, compute, int(cfg.pp))
     plans = _plans(cfg, model, costs, sim_cluster)
+    calibration = None
+    if compute == "real":
+        calibration = _calibration(cfg, model, costs, plans[0], dispatch, warmup, iterations, console)
     rows, per = [], {}
     for plan in plans:
-        c = compare(model, plan, costs, sim_cluster, compute=compute, dispatch=dispatch,
+        c = compare(model, plan, costs, sim_cluster, calibration=calibration, compute=compute, dispatch=dispatch,
                     iterations=iterations, warmup=warmup, seed=int(cfg.get("seed", 0)),
                     lr=float(_opt(cfg, "lr", 0.0)), grad_check=bool(_opt(cfg, "grad_check", True)),
                     step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
@@ -144,15 +172,16 @@ def run(cfg, out_dir: Path) -> dict:
                 write_json(out_dir / "trace.json", trace)
     t = Table(title=f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {compute} compute, "
                     f"{dispatch}, {plans[0].table.n_microbatches} micro-batches")
-    for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error",
+    for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error", "profiled error",
                 "replay sim s/iter", "replay error", "grad max rel err"):
         t.add_column(col)
     for c in rows:
         g = "-" if c.grad_check_max_rel_err is None else f"{c.grad_check_max_rel_err:.2e}"
         replay = ("-", "-") if c.simulated_replay_s is None else \
             (f"{c.simulated_replay_s:.4f}", f"{100 * c.fidelity_error_replay:.1f}%")
+        prof = "-" if c.fidelity_error_profiled is None else f"{100 * c.fidelity_error_profiled:.1f}%"
         t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
-                  f"{100 * c.fidelity_error:.1f}%", *replay, g)
+                  f"{100 * c.fidelity_error:.1f}%", prof, *replay, g)
     console.print(t)
     first = rows[0]
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
@@ -161,6 +190,11 @@ def run(cfg, out_dir: Path) -> dict:
             "measured_iteration_s": first.measured_iteration_s,
             "simulated_iteration_s": first.simulated_iteration_s,
             "fidelity_error": first.fidelity_error,
+            "cost_inputs": "calibrated" if calibration is not None else
+            ("profiled" if compute == "real" else "modelled"),
+            "simulated_profiled_iteration_s": first.simulated_profiled_s,
+            "fidelity_error_profiled": first.fidelity_error_profiled,
+            "calibration": calibration.summary() if calibration is not None else None,
             "simulated_replay_iteration_s": first.simulated_replay_s,
             "fidelity_error_replay": first.fidelity_error_replay,
             "grad_check_max_rel_err": max(errs) if errs else None,

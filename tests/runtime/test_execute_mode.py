@@ -26,6 +26,8 @@ def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
     assert summary["model"] == "tiny_moe" and summary["grad_check_max_rel_err"] <= 1e-5
     assert summary["measured_iteration_s"] > 0 and summary["simulated_iteration_s"] > 0
     assert summary["fidelity_error"] >= 0 and "1f1b" in summary["schedules"]
+    assert summary["cost_inputs"] == "calibrated" and summary["simulated_profiled_iteration_s"] > 0
+    assert set(summary["calibration"]["observed_stage_s"]["1"]) == {"F", "I", "W", "B"}
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
     tracks = {e["tid"] for e in trace if e["ph"] == "X" and e.get("cat") in ("F", "B")}
     flows = [e for e in trace if e["ph"] in ("s", "f")]

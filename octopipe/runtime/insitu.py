@@ -1,0 +1,212 @@
+"""In-situ calibration: cost inputs measured under the conditions the runtime executes in.
+
+`cost=profiled` times each layer alone in one process. A pipeline run is different: 2-4 rank
+processes share the CPU's cores (contention, caches, thread counts), every action goes through
+the dispatcher, and a split backward (I then W, two autograd passes) costs more than one B pass.
+So before predicting, run one calibration iteration of the real runtime on the same ranks,
+backend and thread settings: a 1F1B table whose backward is B for even micro-batches and I then
+W for odd ones (`calibration_table`), so one run observes F, B, I and W of every stage. Each
+calibration stage's median observed time, divided by the profiled sum of its layers, scales
+those layers (`fit`): per-layer times keep the profile's shape across layers and take the
+level measured in the run, so schedules with other partitions (interleaved, V-shaped) get their
+stage sums from the same layers. `Calibration.costs_for(table)` gives the simulator the costs of
+the actions that table uses: a table that runs B gets I + W = the calibrated B. The first stage
+has no input gradient, so the runtime's I there does nothing and its W does the whole backward;
+the fit reads that stage's I + W as its split backward and `costs_for` moves the first stage's
+I into its W.
+
+The calibration run is never one of the runs being predicted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from octopipe.cost.table import CostTable
+from octopipe.schedule.action import Action, ActionKind
+from octopipe.schedule.table import ScheduleTable
+
+KINDS = ("F", "I", "W", "B")
+
+
+def calibration_table(n: int, m: int, base: str = "1f1b") -> ScheduleTable:
+    """The named `base` schedule (one stage per rank) on `n` ranks and `m` micro-batches (m >= 2)
+    with its backward kept whole (B) for even micro-batches and split for odd ones, I then W at
+    once: every stage runs all four kinds, in the steady state other schedules run in."""
+    from octopipe.errors import ConfigError
+    from octopipe.schedule.library import build_schedule
+    if m < 2:
+        raise ConfigError(f"microbatches={m}: the calibration run needs at least 2 micro-batches "
+                          "(one full backward and one split backward per stage)")
+    table = build_schedule(base, n, m).compute_only()
+    if table.n_stages != n or any(a.kind in (ActionKind.I, ActionKind.W) for row in table.rows
+                                  for a in row if a is not None):
+        raise ConfigError(f"calibration base {base!r}: choose a schedule with one stage per rank and "
+                          "full backwards (gpipe, 1f1b)")
+    rows = []
+    for row in table.rows:
+        out = []
+        for a in row:
+            if a is not None and a.kind == ActionKind.B and a.microbatch % 2 == 1:
+                out += [Action(a.stage, ActionKind.I, a.microbatch), Action(a.stage, ActionKind.W, a.microbatch)]
+            elif a is not None:
+                out.append(a)
+        rows.append(tuple(out))
+    return ScheduleTable(tuple(rows), table.placement, m, f"calibration-{base}")
+
+
+def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int]) -> tuple[np.ndarray, ...]:
+    """(stage, kind index in KINDS, start, end) arrays of every compute action in `iterations` of
+    runtime traces (`ExecutionResult.events`: per rank, dicts with it/action/start/end; the
+    events of several launches may be pooled, their clocks never overlap)."""
+    its = set(iterations)
+    rows = []
+    for rank_events in events:
+        for e in rank_events:
+            if "action" in e and e["it"] in its:
+                a = Action.parse(e["action"])
+                rows.append((a.stage, KINDS.index(a.kind.name), e["start"], e["end"]))
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    return arr[:, 0].astype(int), arr[:, 1].astype(int), arr[:, 2], arr[:, 3]
+
+
+def stage_times(events: Sequence[Sequence[dict]], n_stages: int, iterations: Iterable[int],
+                cores: float | None = None, background: float = 0.0) -> dict[int, dict[str, float]]:
+    """Median seconds of each stage's F, I, W and B actions in `iterations` of runtime traces;
+    with `cores`, each duration is first divided by its `cores.stretch` (the time it would take
+    with a core to itself). Kinds a stage never ran are absent."""
+    from octopipe.runtime.cores import concurrency, stretch
+    stage, kind, start, end = action_samples(events, iterations)
+    seconds = end - start
+    if cores is not None and len(seconds):
+        seconds = seconds / stretch(concurrency(start, end), cores, background)
+    out: dict[int, dict[str, float]] = {s: {} for s in range(n_stages)}
+    for s in range(n_stages):
+        for ki, k in enumerate(KINDS):
+            sel = seconds[(stage == s) & (kind == ki)]
+            if len(sel):
+                out[s][k] = float(np.median(sel))
+    return out
+
+
+def _spread(observed: float, shape: np.ndarray) -> np.ndarray:
+    """`observed` seconds spread over layers in proportion to `shape` (evenly when it is all 0)."""
+    total = float(shape.sum())
+    if total > 0:
+        return shape * (observed / total)
+    return np.full(len(shape), observed / len(shape))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-layer F, I, W and B seconds fitted from a calibration run, and what was observed."""
+
+    f: np.ndarray
+    i: np.ndarray
+    w: np.ndarray
+    b: np.ndarray
+    observed: dict[int, dict[str, float]] = field(default_factory=dict)
+    partition: tuple[tuple[int, int], ...] = ()
+    cores: float | None = None     # None: the times as observed; else per-core times (`cores.py`)
+    background: float = 0.0
+
+    def predict(self, plan, base: CostTable, cluster, dispatch: str) -> float:
+        """Simulated iteration time of `plan` from these costs (and, with `cores`, shared cores)."""
+        from octopipe.runtime.cores import makespan
+        from octopipe.sim import simulate
+        costs = self.costs_for(plan.table, base, plan.partition)
+        if self.cores is None:
+            return float(simulate(plan, costs, cluster, policy=dispatch, semantics="eager").makespan)
+        return makespan(plan, costs, cluster, dispatch, self.cores, self.background)
+
+    def costs_for(self, table: ScheduleTable, base: CostTable,
+                  partition: Sequence[tuple[int, int]] | None = None) -> CostTable:
+        """`base` with F, I, W replaced by the calibrated times of the actions `table` runs: a table
+        of full backwards (B) gets I + W = B, split in the profile's I:W proportion; with a split
+        backward, the first stage of `partition` does all its backward in W."""
+        kinds = {a.kind for row in table.rows for a in row if a is not None}
+        f, i, w = self.f, self.i.copy(), self.w.copy()
+        if ActionKind.B in kinds and not ({ActionKind.I, ActionKind.W} & kinds):
+            share = np.divide(base.i[:, 0], base.i[:, 0] + base.w[:, 0],
+                              out=np.ones(len(self.b)), where=(base.i[:, 0] + base.w[:, 0]) > 0)
+            i, w = self.b * share, self.b * (1 - share)
+        elif partition:
+            hi = partition[0][1]
+            w[:hi] += i[:hi]
+            i[:hi] = 0.0
+        k = len(base.kinds)
+        col = lambda v: np.repeat(np.asarray(v, dtype=np.float64)[:, None], k, axis=1)
+        return CostTable(base.layer_names, base.kinds, col(f), col(i), col(w), base.act_bytes,
+                         base.static_bytes, base.out_bytes, base.params, w_act_bytes=base.w_act_bytes,
+                         flops=base.flops, tokens_per_microbatch=base.tokens_per_microbatch)
+
+    def summary(self) -> dict:
+        return {"partition": [list(p) for p in self.partition], "cores": self.cores,
+                "background_load": self.background,
+                "observed_stage_s": {str(s): d for s, d in self.observed.items()}}
+
+
+def fit(observed: dict[int, dict[str, float]], partition: Sequence[tuple[int, int]],
+        base: CostTable, column: int = 0, cores: float | None = None, background: float = 0.0) -> Calibration:
+    """Per-layer times whose stage sums over `partition` equal the `observed` stage medians, each
+    stage's layers keeping `base`'s (profiled) proportions. A stage missing B takes B = I + W;
+    one missing I or W takes them from B in the profile's I:W proportion."""
+    n = base.n_layers
+    out = {k: np.zeros(n) for k in KINDS}
+    for s, (lo, hi) in enumerate(partition):
+        obs = observed.get(s, {})
+        if "F" not in obs or not ("B" in obs or "I" in obs):
+            raise ValueError(f"stage {s} has no observed F and backward in the calibration run")
+        pf, pi, pw = (base.f[lo:hi, column], base.i[lo:hi, column], base.w[lo:hi, column])
+        b_obs = obs.get("B", obs.get("I", 0.0) + obs.get("W", 0.0))
+        out["F"][lo:hi] = _spread(obs["F"], pf)
+        out["B"][lo:hi] = _spread(b_obs, pi + pw)
+        if "I" in obs and lo == 0:      # no input gradient: I + W is the split backward
+            split = _spread(obs["I"] + obs.get("W", 0.0), pi + pw)
+            share = np.divide(pi, pi + pw, out=np.zeros(hi - lo), where=(pi + pw) > 0)
+            out["I"][lo:hi], out["W"][lo:hi] = split * share, split * (1 - share)
+        elif "I" in obs:
+            out["I"][lo:hi] = _spread(obs["I"], pi)
+            out["W"][lo:hi] = _spread(obs.get("W", 0.0), pw)
+        else:
+            both = float((pi + pw).sum())
+            frac_i = float(pi.sum()) / both if both > 0 else 1.0
+            out["I"][lo:hi] = _spread(b_obs * frac_i, pi)
+            out["W"][lo:hi] = _spread(b_obs * (1 - frac_i), pw)
+    return Calibration(out["F"], out["I"], out["W"], out["B"], observed,
+                       tuple((int(a), int(b)) for a, b in partition), cores, background)
+
+
+def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int]], base: CostTable,
+            iterations: Iterable[int], cores: float | None = None) -> Calibration:
+    """`fit` from calibration traces; with `cores`, the background load is fitted first from how
+    the durations of each stage's actions vary with how many ranks computed beside them."""
+    from octopipe.runtime.cores import concurrency, fit_background
+    its = list(iterations)
+    background = 0.0
+    if cores is not None:
+        stage, kind, start, end = action_samples(events, its)
+        keep = (end - start) > 1e-4          # the first stage's empty I says nothing
+        background = fit_background((stage * len(KINDS) + kind)[keep],
+                                    concurrency(start, end)[keep], (end - start)[keep], cores)
+    observed = stage_times(events, len(partition), its, cores, background)
+    return fit(observed, partition, base, cores=cores, background=background)
+
+
+def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict", rounds: int = 1,
+              iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
+              timeout_s: float = 300, stall_s: float = 30) -> tuple[Calibration, list]:
+    """Run `calibration_table(n, m)` on `n` real ranks (`rounds` separate launches of `warmup` +
+    `iterations` iterations) and fit per-layer costs (`fit_run`) from the pooled measured
+    iterations. Returns the calibration and each launch's ExecutionResult."""
+    from octopipe.plan import uniform_partition
+    from octopipe.runtime.launch import execute
+    table = calibration_table(n, m)
+    partition = uniform_partition(model.n_layers, table.n_stages)
+    results = [execute(model, partition, table, dispatch=dispatch, compute="real",
+                       iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s)
+               for _ in range(rounds)]
+    events = [ev for r in results for ev in r.events]
+    return fit_run(events, partition, base, range(warmup, warmup + iterations), cores), results
