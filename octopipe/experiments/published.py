@@ -65,6 +65,7 @@ class Outcome:
     partition: tuple[tuple[int, int], ...]
     placement: tuple[int, ...]
     tuner_s: float | None = None
+    device_bound_s: float | None = None    # whole layers + fill/drain (octopipe.tune.bounds)
 
     @property
     def bubble_ratio(self) -> np.ndarray:
@@ -92,6 +93,9 @@ class Outcome:
             "placement": list(self.placement),
             "cross_device_boundaries": self.cross_device_boundaries,
             "tuner_s": self.tuner_s,
+            "device_bound_ms": None if self.device_bound_s is None else self.device_bound_s * 1e3,
+            "efficiency_vs_device_bound": (None if self.device_bound_s is None
+                                           else self.device_bound_s / self.makespan_s),
         }
 
 
@@ -241,11 +245,22 @@ def baseline_plans(costs: CostTable, n_devices: int, n_microbatches: int, chunks
 
 def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
              simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
-             tuner_s: float | None = None) -> Outcome:
+             tuner_s: float | None = None, device_bound: float | None = None) -> Outcome:
     m = case.microbatches
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
-                   plan.partition, plan.placement, tuner_s)
+                   plan.partition, plan.placement, tuner_s, device_bound)
+
+
+def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float | None:
+    """The tuner's whole-layer bound (fill/drain per device, transfers free, so valid for both
+    comm settings); None without the tuner package."""
+    if not tuner_available():
+        return None
+    from octopipe.tune.bounds import device_bound
+    from octopipe.tune.candidate import Problem
+    return device_bound(Problem.build(costs, comm_free(cluster), case.devices, case.microbatches),
+                        time_limit_s=2.0)
 
 
 def cases(exp: Mapping[str, Any]) -> list[Case]:
@@ -355,6 +370,7 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
                     "OctoPipe plan and no speedups.")
     chunks = int(exp["interleaved_chunks"])
     names = tuple(exp.get("baselines") or BASELINES)
+    bounds: dict[tuple[str, int, int], float | None] = {}
     for case in cases(exp):
         progress(case.label)
         node = node_cluster(exp["node"], case.devices)
@@ -367,7 +383,11 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
             tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed)
             if tuned is not None:
                 plan, seconds = tuned
-                res.outcomes.append(evaluate(case, "octopipe", plan, costs, cluster, tuner_s=seconds))
+                key = (case.profile, case.devices, case.microbatches)
+                if key not in bounds:
+                    bounds[key] = device_bound_s(costs, cluster, case)
+                res.outcomes.append(evaluate(case, "octopipe", plan, costs, cluster, tuner_s=seconds,
+                                             device_bound=bounds[key]))
     return res
 
 

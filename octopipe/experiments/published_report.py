@@ -63,6 +63,10 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
         f"p{p}_{comm}": min((o.efficiency for o in ours if o.case.devices == p and o.case.comm == comm),
                             default=None)
         for p in sorted({o.case.devices for o in ours}) for comm in ("free", "node")}
+    summary["min_efficiency_vs_device_bound"] = {
+        f"p{p}_{comm}": min((o.device_bound_s / o.makespan_s for o in ours if o.case.devices == p
+                             and o.case.comm == comm and o.device_bound_s), default=None)
+        for p in sorted({o.case.devices for o in ours}) for comm in ("free", "node")}
     summary["tuner_s_max"] = max(o.tuner_s or 0.0 for o in ours)
     ref = exp.get("published_reference", {})
     for o in ours:
@@ -93,13 +97,14 @@ def _short(name: str) -> str:
 def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
     from rich.table import Table
     t = Table(title="experiment=published: makespan, efficiency vs lower bound, bubbles")
-    for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "bubble", "per device %",
-                "tuner s"):
+    for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
+                "per device %", "tuner s"):
         t.add_column(col, justify="left" if col in ("model", "comm", "schedule") else "right")
     for case, outs in _by_case(res.outcomes).items():
         for o in outs:
             t.add_row(_short(case.profile), str(case.devices), str(case.microbatches), case.comm,
                       o.schedule, f"{o.makespan_s * 1e3:.1f}", f"{o.efficiency:.3f}",
+                      "" if not o.device_bound_s else f"{o.device_bound_s / o.makespan_s:.3f}",
                       f"{o.bubble_ratio.mean():.1%}",
                       "/".join(f"{100 * x:.0f}" for x in o.bubble_ratio),
                       "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
@@ -214,27 +219,31 @@ def _plot_speedup(path: Path, res: Results) -> None:
 def _report_md(res: Results, summary: dict) -> str:
     lines = ["# experiment=published", "",
              "Makespan per schedule on the published OctoPipe profiles; efficiency = lower bound "
-             "(total work / devices) / makespan; bubble = idle share of the makespan per device. "
+             "(total work / devices) / makespan; eff dev = the device bound (whole layers per device, "
+             "each device's unavoidable fill and drain; octopipe.tune.bounds) / makespan; bubble = idle share of the makespan per device. "
              "`comm=free` charges nothing for transfers (the published tool's assumption), "
              "`comm=node` charges latency + bytes / bandwidth on the node's links.", ""]
     for line in summary.get("cost", {}).get("profiles", []):
         lines.append(f"- {line}")
     if res.note:
         lines += ["", res.note]
-    lines += ["", "| profile | p | m | comm | schedule | makespan ms | efficiency | mean bubble | "
+    lines += ["", "| profile | p | m | comm | schedule | makespan ms | efficiency | eff dev | mean bubble | "
               "per-device bubble % | cross-device boundaries | speedup vs best baseline | tuner s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
         sp = r.get("speedup_vs_best_baseline")
         sp = "" if sp is None else f"{sp:.3f}"
         tuner = "" if r["tuner_s"] is None else f"{r['tuner_s']:.1f}"
         bubbles = "/".join(f"{100 * x:.0f}" for x in r["bubble_ratio_per_device"])
+        effd = r.get("efficiency_vs_device_bound")
+        effd = "" if effd is None else f"{effd:.3f}"
         lines.append(
             f"| {r['profile']} | {r['devices']} | {r['microbatches']} | {r['comm']} | "
-            f"{r['schedule']} | {r['makespan_ms']:.1f} | {r['efficiency_vs_lower_bound']:.3f} | "
+            f"{r['schedule']} | {r['makespan_ms']:.1f} | {r['efficiency_vs_lower_bound']:.3f} | {effd} | "
             f"{r['bubble_ratio_mean']:.1%} | {bubbles} | {r.get('cross_device_boundaries', '')} | "
             f"{sp} | {tuner} |")
     for key in ("geomean_speedup_vs_best_baseline", "min_efficiency_vs_lower_bound",
+                "min_efficiency_vs_device_bound",
                 "reference_case", "speedup_retained_with_comm"):
         if key in summary:
             lines += ["", f"**{key}**: `{summary[key]}`"]
