@@ -21,6 +21,7 @@ B(s,m) after F(s,m) and after I/B(s+1,m); W(s,m) after I(s,m).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -30,9 +31,9 @@ from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
 
 KIND_CODE = {ActionKind.F: 0, ActionKind.I: 1, ActionKind.W: 2, ActionKind.B: 3}
-# enum members hash in Python; compile loops look kinds up by identity instead (4+ = comm)
-_CODE_BY_ID = {id(k): v for k, v in KIND_CODE.items()} | {
-    id(k): 4 + j for j, k in enumerate((ActionKind.SEND_F, ActionKind.RECV_F, ActionKind.SEND_B, ActionKind.RECV_B))}
+# every kind's code, 4+ = comm (str-valued members hash at C speed)
+_CODE = KIND_CODE | {k: 4 + j for j, k in enumerate((ActionKind.SEND_F, ActionKind.RECV_F,
+                                                     ActionKind.SEND_B, ActionKind.RECV_B))}
 KIND_OF_CODE = (ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B)
 CELL_COMPUTE, CELL_SEND, CELL_RECV = 0, 1, 2
 FWD, BWD = 0, 1
@@ -119,179 +120,249 @@ def _fail(table: ScheduleTable, where: tuple[int, int] | None, sentence: str) ->
     return ScheduleError(sentence + "\n" + format_grid(table, where))
 
 
+def _i64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def _cells(table: ScheduleTable) -> tuple[np.ndarray, ...]:
+    """Device, column, stage, kind code and micro-batch of every non-idle cell, in row order.
+
+    The only per-cell Python work of the compile, all of it in C loops: the rows are chained
+    and transposed by `zip`, kinds mapped to codes by a dict; the rest of the compile is numpy.
+    """
+    lens = [len(r) for r in table.rows]
+    cells = list(chain.from_iterable(table.rows))
+    n = len(cells)
+    dev = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    col = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    if not n:
+        return dev, col, dev, dev, dev
+    try:
+        s, k, m = zip(*cells)
+    except TypeError:       # idle cells (None) of a time-aligned table
+        keep = np.fromiter((a is not None for a in cells), dtype=bool, count=n)
+        cells = [a for a in cells if a is not None]
+        n = len(cells)
+        dev, col = dev[keep], col[keep]
+        if not n:
+            return dev, col, dev, dev, dev
+        s, k, m = zip(*cells)
+    return (dev, col, np.fromiter(s, dtype=np.int64, count=n),
+            np.fromiter(map(_CODE.__getitem__, k), dtype=np.int64, count=n),
+            np.fromiter(m, dtype=np.int64, count=n))
+
+
+def _first_repeat(keys: np.ndarray) -> np.ndarray:
+    """Mask of the entries whose key already appeared earlier in `keys`."""
+    _, first = np.unique(keys, return_index=True)
+    seen = np.ones(len(keys), dtype=bool)
+    seen[first] = False
+    return seen
+
+
+def _check_cells(table: ScheduleTable, dev, col, stage, code, mb, n_keys, key) -> None:
+    """Range, placement and duplicate checks of every cell; the first bad cell in row order
+    raises, with the sentence of the first check it fails."""
+    n_s, n_m = table.n_stages, table.n_microbatches
+    bad_range = (stage < 0) | (stage >= n_s) | (mb < 0) | (mb >= n_m)
+    s_ok, m_ok = np.where(bad_range, 0, stage), np.where(bad_range, 0, mb)
+    places = _i64(table.all_placements())
+    replica = _i64(table.mb_replica) if table.mb_replica else np.zeros(n_m, dtype=np.int64)
+    home = places[replica[m_ok], s_ok]
+    bad = bad_range | (home != dev)
+    compute = (code < 4) & ~bad
+    counts = np.bincount(key[compute], minlength=n_keys)
+    if counts.max(initial=0) > 1:
+        repeat = np.zeros(len(key), dtype=bool)
+        idx = np.flatnonzero(compute)
+        repeat[idx] = _first_repeat(key[idx])
+        bad |= repeat
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    d, c = int(dev[i]), int(col[i])
+    a = table.rows[d][c]
+    if bad_range[i]:
+        raise _fail(table, (d, c), f"{a} names stage {a.stage} or micro-batch "
+                    f"{a.microbatch} outside 0..{n_s - 1} / 0..{n_m - 1}")
+    if home[i] != d:
+        raise _fail(table, (d, c), f"{a} is on device {d} but stage {a.stage} of "
+                    f"micro-batch {a.microbatch} is placed on device {int(home[i])}")
+    raise _fail(table, (d, c), f"{a} appears twice")
+
+
+def _check_complete(table: ScheduleTable, has: np.ndarray, key_to_c: np.ndarray,
+                    where: tuple[np.ndarray, np.ndarray]) -> None:
+    """F once; B, or I and W, once per (stage, micro-batch): `has[s, kind, m]`."""
+    f, i, w, b = has[:, 0], has[:, 1], has[:, 2], has[:, 3]
+    bad = ~f | (b & (i | w)) | (i != w) | ~(b | i)
+    if not bad.any():
+        return
+    s, m = (int(x) for x in np.unravel_index(int(np.argmax(bad)), bad.shape))
+    if not f[s, m]:
+        raise _fail(table, None, f"{Action(s, ActionKind.F, m)} is missing: every stage runs "
+                    "F once per micro-batch")
+    if b[s, m] and (i[s, m] or w[s, m]):
+        c = int(key_to_c[s, 3, m])
+        raise _fail(table, (int(where[0][c]), int(where[1][c])), f"backward of stage {s} "
+                    f"micro-batch {m} appears both as B and as I/W; use one form")
+    if i[s, m] != w[s, m]:
+        raise _fail(table, None, f"stage {s} micro-batch {m} has only one of I and W; a split "
+                    "backward needs both")
+    raise _fail(table, None, f"backward of stage {s} micro-batch {m} is missing")
+
+
+def _csr(owner: np.ndarray, value: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of `value` grouped by `owner` in [0, n), keeping the given order within a group."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    return ptr, value[np.argsort(owner, kind="stable")]
+
+
 def compile_table(table: ScheduleTable) -> Program:
-    """Check the table's cells and compile it; raises ScheduleError with a marked grid."""
+    """Check the table's cells and compile it; raises ScheduleError with a marked grid.
+
+    Cost is linear in the cells: one pass of Python over the rows (`_cells`), then numpy.
+    """
     n_s, n_m, n_d = table.n_stages, table.n_microbatches, table.n_devices
     if n_m < 1 or n_s < 1:
         raise ScheduleError(f"table {table.name!r} needs at least one stage and one micro-batch "
                             f"(has {n_s} stages, {n_m} micro-batches)")
-    key_to_c: dict[tuple[int, int, int], int] = {}
-    where: list[tuple[int, int]] = []
-    c_dev, c_stage, c_kind, c_mb = [], [], [], []
-    comm_cells: list[tuple[int, int, Action]] = []
-    for d, row in enumerate(table.rows):
-        for col, a in enumerate(row):
-            if a is None:
-                continue
-            if not (0 <= a.stage < n_s and 0 <= a.microbatch < n_m):
-                raise _fail(table, (d, col), f"{a} names stage {a.stage} or micro-batch "
-                            f"{a.microbatch} outside 0..{n_s - 1} / 0..{n_m - 1}")
-            home = table.device_of(a.stage, a.microbatch)
-            if home != d:
-                raise _fail(table, (d, col), f"{a} is on device {d} but stage {a.stage} of "
-                            f"micro-batch {a.microbatch} is placed on device {home}")
-            code = _CODE_BY_ID[id(a.kind)]
-            if code > 3:
-                comm_cells.append((d, col, a))
-                continue
-            key = (a.stage, code, a.microbatch)
-            if key in key_to_c:
-                raise _fail(table, (d, col), f"{a} appears twice")
-            key_to_c[key] = len(c_dev)
-            where.append((d, col))
-            c_dev.append(d)
-            c_stage.append(a.stage)
-            c_kind.append(code)
-            c_mb.append(a.microbatch)
-    # completeness: F once; B, or I and W, once per (stage, micro-batch)
-    split = np.zeros((n_s, n_m), dtype=bool)
-    for s in range(n_s):
-        for m in range(n_m):
-            has = [(s, k, m) in key_to_c for k in range(4)]
-            if not has[0]:
-                raise _fail(table, None, f"{Action(s, ActionKind.F, m)} is missing: every stage runs "
-                            "F once per micro-batch")
-            if has[3] and (has[1] or has[2]):
-                raise _fail(table, where[key_to_c[(s, 3, m)]], f"backward of stage {s} micro-batch "
-                            f"{m} appears both as B and as I/W; use one form")
-            if has[1] != has[2]:
-                raise _fail(table, None, f"stage {s} micro-batch {m} has only one of I and W; a split "
-                            "backward needs both")
-            if not (has[3] or has[1]):
-                raise _fail(table, None, f"backward of stage {s} micro-batch {m} is missing")
-            split[s, m] = has[1]
+    dev, col, stage, code, mb = _cells(table)
+    n_keys = n_s * 4 * n_m
+    key = (stage * 4 + np.minimum(code, 3)) * n_m + mb      # (stage, kind, mb) of compute cells
+    _check_cells(table, dev, col, stage, code, mb, n_keys, key)
+    is_c = code < 4
+    c_dev, c_col, c_stage, c_kind, c_mb = dev[is_c], col[is_c], stage[is_c], code[is_c], mb[is_c]
     n_c = len(c_dev)
+    key_to_c = np.full(n_keys, -1, dtype=np.int64)
+    key_to_c[key[is_c]] = np.arange(n_c)
+    key_to_c = key_to_c.reshape(n_s, 4, n_m)
+    _check_complete(table, key_to_c >= 0, key_to_c, (c_dev, c_col))
+    split = key_to_c[:, 1, :] >= 0
+
+    # data predecessors: slot 0 the same stage's F (I, B) or I (W), or the previous stage's F
+    # (F); slot 1 the next stage's I or B (I, B). Only F's slot 0 and slot 1 can cross devices.
+    back = (c_kind == 1) | (c_kind == 3)
+    s_prev = np.maximum(c_stage - 1, 0)
+    s_next = np.minimum(c_stage + 1, n_s - 1)
+    pred0 = np.where(c_kind == 0, np.where(c_stage > 0, key_to_c[s_prev, 0, c_mb], -1),
+                     key_to_c[c_stage, np.where(c_kind == 2, 1, 0), c_mb])
+    nxt_kind = np.where(split[s_next, c_mb], 1, 3)
+    pred1 = np.where(back & (c_stage + 1 < n_s), key_to_c[s_next, nxt_kind, c_mb], -1)
+    preds = np.stack([pred0, pred1], axis=1)
+    dirs = np.stack([np.where(c_kind == 0, FWD, -1), np.full(n_c, BWD)], axis=1)
+    has = preds >= 0
+    cross = has & (c_dev[np.maximum(preds, 0)] != c_dev[:, None])
+    local = has & ~cross
+    # transfers in (consumer, slot) order
+    flat = np.flatnonzero(cross.ravel())
+    t_cons = flat // 2
+    t_prod = preds.ravel()[flat]
+    t_dir = dirs.ravel()[flat]
+    t_src, t_dst = c_dev[t_prod], c_dev[t_cons]
+    n_t = len(flat)
     c_in = np.full(n_c, -1, dtype=np.int64)
     c_out = np.full(n_c, -1, dtype=np.int64)
-    lpreds: list[list[int]] = [[] for _ in range(n_c)]
-    t_src, t_dst, t_dir, t_prod, t_cons = [], [], [], [], []
-    t_key: dict[tuple[int, int, int], int] = {}   # (dir, sending stage, mb) -> t
-    for c in range(n_c):
-        s, k, m = c_stage[c], c_kind[c], c_mb[c]
-        preds: list[tuple[int, int]] = []   # (pred id, direction of the edge)
-        if k == 0:
-            if s > 0:
-                preds.append((key_to_c[(s - 1, 0, m)], FWD))
-        elif k in (1, 3):
-            preds.append((key_to_c[(s, 0, m)], -1))
-            if s + 1 < n_s:
-                preds.append((key_to_c[(s + 1, 1 if split[s + 1, m] else 3, m)], BWD))
-        else:
-            preds.append((key_to_c[(s, 1, m)], -1))
-        for p, direction in preds:
-            if c_dev[p] == c_dev[c]:
-                lpreds[c].append(p)
-            else:
-                t = len(t_src)
-                t_src.append(c_dev[p])
-                t_dst.append(c_dev[c])
-                t_dir.append(direction)
-                t_prod.append(p)
-                t_cons.append(c)
-                c_in[c] = t
-                c_out[p] = t
-                t_key[(direction, c_stage[p], m)] = t
-    link_ids: dict[tuple[int, int], int] = {}
-    t_link = [link_ids.setdefault((a, b), len(link_ids)) for a, b in zip(t_src, t_dst)]
-    n_t = len(t_src)
+    c_in[t_cons] = np.arange(n_t)
+    c_out[t_prod] = np.arange(n_t)
+    t_key = np.full((2, n_s, n_m), -1, dtype=np.int64)    # (dir, sending stage, mb) -> t
+    t_key[t_dir, c_stage[t_prod], c_mb[t_prod]] = np.arange(n_t)
+    # link directions numbered in order of first use
+    pair = t_src * n_d + t_dst
+    uniq, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[by_first] = np.arange(len(uniq))
+    t_link = rank[inverse.reshape(-1)]
+    links = tuple(divmod(x, n_d) for x in uniq[by_first].tolist())
+    # same-device predecessors and successors (CSR)
+    local_pred = preds[local]
+    local_succ = np.nonzero(local)[0]
+    lp_ptr, lp_idx = _csr(local_succ, local_pred, n_c)
+    ls_ptr, ls_idx = _csr(local_pred, local_succ, n_c)
 
-    rows_type: list[list[int]] = [[] for _ in range(n_d)]
-    rows_id: list[list[int]] = [[] for _ in range(n_d)]
-    rows_col: list[list[int]] = [[] for _ in range(n_d)]
-    implicit = not comm_cells
+    implicit = bool(is_c.all())
     if implicit:
-        for d, row in enumerate(table.rows):
-            for col, a in enumerate(row):
-                if a is None:
-                    continue
-                c = key_to_c[(a.stage, _CODE_BY_ID[id(a.kind)], a.microbatch)]
-                if c_in[c] >= 0:
-                    rows_type[d].append(CELL_RECV)
-                    rows_id[d].append(int(c_in[c]))
-                    rows_col[d].append(col)
-                rows_type[d].append(CELL_COMPUTE)
-                rows_id[d].append(c)
-                rows_col[d].append(col)
-                if c_out[c] >= 0:
-                    rows_type[d].append(CELL_SEND)
-                    rows_id[d].append(int(c_out[c]))
-                    rows_col[d].append(col)
+        # RECV right before the compute that consumes it, SEND right after the one producing it
+        keep = np.stack([c_in >= 0, np.ones(n_c, dtype=bool), c_out >= 0], axis=1).ravel()
+        r_type = np.tile(_i64((CELL_RECV, CELL_COMPUTE, CELL_SEND)), n_c)[keep]
+        r_id = np.stack([c_in, np.arange(n_c), c_out], axis=1).ravel()[keep]
+        r_col = np.repeat(c_col, 3)[keep]
+        r_dev = np.repeat(c_dev, 3)[keep]
     else:
-        sends = np.full(n_t, -1)
-        recvs = np.full(n_t, -1)
-        for d, row in enumerate(table.rows):
-            for col, a in enumerate(row):
-                if a is None:
-                    continue
-                s, m = a.stage, a.microbatch
-                code = _CODE_BY_ID[id(a.kind)]
-                if code < 4:
-                    rows_type[d].append(CELL_COMPUTE)
-                    rows_id[d].append(key_to_c[(s, code, m)])
-                    rows_col[d].append(col)
-                    continue
-                key = {ActionKind.SEND_F: (FWD, s, m), ActionKind.RECV_F: (FWD, s - 1, m),
-                       ActionKind.SEND_B: (BWD, s, m), ActionKind.RECV_B: (BWD, s + 1, m)}[a.kind]
-                t = t_key.get(key)
-                if t is None:
-                    raise _fail(table, (d, col), f"{a} matches no transfer: its partner stage is "
-                                "missing or on the same device (co-located stages exchange nothing)")
-                is_send = a.kind in (ActionKind.SEND_F, ActionKind.SEND_B)
-                seen = sends if is_send else recvs
-                if seen[t] >= 0:
-                    raise _fail(table, (d, col), f"{a} appears twice")
-                seen[t] = 1
-                rows_type[d].append(CELL_SEND if is_send else CELL_RECV)
-                rows_id[d].append(t)
-                rows_col[d].append(col)
-        for t in range(n_t):
-            if sends[t] < 0 or recvs[t] < 0:
-                p = t_prod[t]
-                missing = "SEND" if sends[t] < 0 else "RECV"
-                raise _fail(table, where[p], f"the lowered table lacks the {missing} of the transfer "
-                            f"{t_src[t]}->{t_dst[t]} that {Action(c_stage[p], KIND_OF_CODE[c_kind[p]], c_mb[p])} "
-                            "feeds; lower the compute-only table with octopipe.schedule.lower.lower()")
-    group_end = []
-    for types in rows_type:
-        ge = [0] * len(types)
-        end = len(types)
-        for i in range(len(types) - 1, -1, -1):
-            if types[i] == CELL_COMPUTE:
-                end = i
-                ge[i] = i + 1
-            else:
-                ge[i] = end
-        group_end.append(np.array(ge, dtype=np.int64))
-    lp_ptr = np.zeros(n_c + 1, dtype=np.int64)
-    lp_ptr[1:] = np.cumsum([len(p) for p in lpreds])
-    lp_idx = np.array([p for ps in lpreds for p in ps], dtype=np.int64)
-    lsuccs: list[list[int]] = [[] for _ in range(n_c)]
-    for c, ps in enumerate(lpreds):
-        for p in ps:
-            lsuccs[p].append(c)
-    ls_ptr = np.zeros(n_c + 1, dtype=np.int64)
-    ls_ptr[1:] = np.cumsum([len(p) for p in lsuccs])
-    ls_idx = np.array([p for ps in lsuccs for p in ps], dtype=np.int64)
-    rowpos = np.zeros(n_c, dtype=np.int64)
-    for d in range(n_d):
-        ids = [i for ty, i in zip(rows_type[d], rows_id[d]) if ty == CELL_COMPUTE]
-        rowpos[ids] = np.arange(len(ids))
-    arr = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+        r_type, r_id, r_col, r_dev = _lowered_rows(table, dev, col, stage, code, mb, is_c, t_key,
+                                                   t_src, t_dst, t_prod, c_stage, c_kind, c_mb,
+                                                   (c_dev, c_col))
+    n_r = len(r_type)
+    bounds = np.zeros(n_d + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r_dev, minlength=n_d), out=bounds[1:])
+    row_start = bounds[r_dev]
+    pos = np.arange(n_r)
+    comp = r_type == CELL_COMPUTE
+    # a compute cell ends its own group; a comm cell's group runs to the row's next compute cell
+    nxt = np.minimum.accumulate(np.where(comp, pos, bounds[r_dev + 1])[::-1])[::-1]
+    r_gend = np.where(comp, pos + 1, nxt) - row_start
+    spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    c_first = np.zeros(n_d + 1, dtype=np.int64)
+    np.cumsum(np.bincount(c_dev, minlength=n_d), out=c_first[1:])
+    rowpos = np.arange(n_c) - c_first[c_dev]
     return Program(
-        table=table, c_dev=arr(c_dev), c_stage=arr(c_stage), c_kind=arr(c_kind), c_mb=arr(c_mb),
+        table=table, c_dev=c_dev, c_stage=c_stage, c_kind=c_kind, c_mb=c_mb,
         c_in_transfer=c_in, c_out_transfer=c_out, lp_ptr=lp_ptr, lp_idx=lp_idx, ls_ptr=ls_ptr,
-        ls_idx=ls_idx, t_src=arr(t_src), t_dst=arr(t_dst), t_dir=arr(t_dir), t_producer=arr(t_prod),
-        t_consumer=arr(t_cons), t_link=arr(t_link), links=tuple(link_ids),
-        row_type=tuple(arr(r) for r in rows_type), row_id=tuple(arr(r) for r in rows_id),
-        row_col=tuple(arr(r) for r in rows_col), row_group_end=tuple(group_end),
+        ls_idx=ls_idx, t_src=t_src, t_dst=t_dst, t_dir=_i64(t_dir), t_producer=t_prod,
+        t_consumer=t_cons, t_link=t_link, links=links,
+        row_type=tuple(r_type[a:b] for a, b in spans), row_id=tuple(r_id[a:b] for a, b in spans),
+        row_col=tuple(r_col[a:b] for a, b in spans), row_group_end=tuple(r_gend[a:b] for a, b in spans),
         implicit_comm=implicit, c_rowpos=rowpos)
+
+
+# per comm code (4 SEND_F, 5 RECV_F, 6 SEND_B, 7 RECV_B): direction, sending stage - own stage
+_COMM_DIR = _i64((FWD, FWD, BWD, BWD))
+_COMM_SHIFT = _i64((0, -1, 0, 1))
+
+
+def _lowered_rows(table, dev, col, stage, code, mb, is_c, t_key, t_src, t_dst, t_prod,
+                  c_stage, c_kind, c_mb, where) -> tuple[np.ndarray, ...]:
+    """Row cells of a lowered table: its own SEND/RECV cells matched to the transfers."""
+    n_s, n_t = table.n_stages, len(t_src)
+    comm = np.flatnonzero(~is_c)
+    cc = code[comm] - 4
+    sender = stage[comm] + _COMM_SHIFT[cc]
+    ok = (sender >= 0) & (sender < n_s)
+    t = np.where(ok, t_key[_COMM_DIR[cc], np.clip(sender, 0, n_s - 1), mb[comm]], -1)
+    is_send = (cc == 0) | (cc == 2)
+    bad = t < 0
+    slot = np.where(bad, 0, 2 * t + is_send)
+    if np.bincount(slot[~bad], minlength=2 * n_t).max(initial=0) > 1:
+        idx = np.flatnonzero(~bad)
+        repeat = np.zeros(len(comm), dtype=bool)
+        repeat[idx] = _first_repeat(slot[idx])
+        bad |= repeat
+    if bad.any():
+        j = int(np.argmax(bad))
+        d, c = int(dev[comm[j]]), int(col[comm[j]])
+        a = table.rows[d][c]
+        if t[j] < 0:
+            raise _fail(table, (d, c), f"{a} matches no transfer: its partner stage is "
+                        "missing or on the same device (co-located stages exchange nothing)")
+        raise _fail(table, (d, c), f"{a} appears twice")
+    sends = np.zeros(n_t, dtype=bool)
+    recvs = np.zeros(n_t, dtype=bool)
+    sends[t[is_send]] = True
+    recvs[t[~is_send]] = True
+    lacking = ~(sends & recvs)
+    if lacking.any():
+        k = int(np.argmax(lacking))
+        p = int(t_prod[k])
+        missing = "SEND" if not sends[k] else "RECV"
+        a = Action(int(c_stage[p]), KIND_OF_CODE[int(c_kind[p])], int(c_mb[p]))
+        raise _fail(table, (int(where[0][p]), int(where[1][p])), f"the lowered table lacks the "
+                    f"{missing} of the transfer {t_src[k]}->{t_dst[k]} that {a} feeds; lower the "
+                    "compute-only table with octopipe.schedule.lower.lower()")
+    r_type = np.full(len(code), CELL_COMPUTE, dtype=np.int64)
+    r_type[comm] = np.where(is_send, CELL_SEND, CELL_RECV)
+    r_id = np.empty(len(code), dtype=np.int64)
+    r_id[is_c] = np.arange(int(is_c.sum()))
+    r_id[comm] = t
+    return r_type, r_id, col, dev
