@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -34,6 +35,7 @@ KIND_CODE = {ActionKind.F: 0, ActionKind.I: 1, ActionKind.W: 2, ActionKind.B: 3}
 # every kind's code, 4+ = comm (str-valued members hash at C speed)
 _CODE = KIND_CODE | {k: 4 + j for j, k in enumerate((ActionKind.SEND_F, ActionKind.RECV_F,
                                                      ActionKind.SEND_B, ActionKind.RECV_B))}
+_STAGE, _KIND, _MB = itemgetter(0), itemgetter(1), itemgetter(2)
 KIND_OF_CODE = (ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B)
 CELL_COMPUTE, CELL_SEND, CELL_RECV = 0, 1, 2
 FWD, BWD = 0, 1
@@ -127,29 +129,23 @@ def _i64(x) -> np.ndarray:
 def _cells(table: ScheduleTable) -> tuple[np.ndarray, ...]:
     """Device, column, stage, kind code and micro-batch of every non-idle cell, in row order.
 
-    The only per-cell Python work of the compile, all of it in C loops: the rows are chained
-    and transposed by `zip`, kinds mapped to codes by a dict; the rest of the compile is numpy.
+    The only per-cell Python work of the compile, all of it in C loops that allocate no
+    collectable objects (so the cyclic GC stays idle): the rows are chained, fields read by
+    itemgetter, kinds mapped to codes by a dict; the rest of the compile is numpy.
     """
     lens = [len(r) for r in table.rows]
     cells = list(chain.from_iterable(table.rows))
     n = len(cells)
     dev = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
     col = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-    if not n:
-        return dev, col, dev, dev, dev
-    try:
-        s, k, m = zip(*cells)
-    except TypeError:       # idle cells (None) of a time-aligned table
+    if None in cells:       # idle cells of a time-aligned table
         keep = np.fromiter((a is not None for a in cells), dtype=bool, count=n)
         cells = [a for a in cells if a is not None]
         n = len(cells)
         dev, col = dev[keep], col[keep]
-        if not n:
-            return dev, col, dev, dev, dev
-        s, k, m = zip(*cells)
-    return (dev, col, np.fromiter(s, dtype=np.int64, count=n),
-            np.fromiter(map(_CODE.__getitem__, k), dtype=np.int64, count=n),
-            np.fromiter(m, dtype=np.int64, count=n))
+    return (dev, col, np.fromiter(map(_STAGE, cells), dtype=np.int64, count=n),
+            np.fromiter(map(_CODE.__getitem__, map(_KIND, cells)), dtype=np.int64, count=n),
+            np.fromiter(map(_MB, cells), dtype=np.int64, count=n))
 
 
 def _first_repeat(keys: np.ndarray) -> np.ndarray:
