@@ -20,7 +20,7 @@ An edge (x, y) says y happens strictly after x:
 - batched: a group passes after arrive(t) of every transfer it sends or receives.
 
 Every wait is a conjunction, so an execution that passes every cell exists iff this graph has no
-cycle (`solvers.smt.deadlock` asks z3 for a strictly increasing time per event).
+cycle (`solvers.smt.deadlock` finds its cyclic components and has z3 prove one infeasible).
 """
 from __future__ import annotations
 

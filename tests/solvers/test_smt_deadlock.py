@@ -1,6 +1,11 @@
 """SMT deadlock check against the simulator's deadlock detection and hand-made deadlocks."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -85,3 +90,28 @@ def test_eight_devices_sixty_four_microbatches_with_a_deadlock():
     v = check_deadlock_free(bad, "rendezvous")
     assert not v.ok and find_deadlock(bad, "rendezvous") is not None
     assert 4 in {d for d, *_ in v.cycle} and v.solve_time_s < 60
+
+
+LARGE_CHECK = """
+from octopipe.schedule.library import build_schedule
+from octopipe.sim.simulator import find_deadlock
+from solvers.smt import check_deadlock_free
+table = build_schedule("zbh1", 8, 128, 6)
+print(sum(1 for _ in table))
+for sem in ("eager", "rendezvous"):
+    v = check_deadlock_free(table, sem)
+    print(sem, v.ok, find_deadlock(table, sem) is None, bool(v.cycle))
+"""
+
+
+@pytest.mark.slow
+def test_large_table_is_checked_without_crashing_the_process():
+    """18,432 actions (8 devices, 128 micro-batches, 48 stages; 140,000 events): z3 once
+    segfaulted here. A subprocess, so that a crash fails this test instead of killing pytest."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", LARGE_CHECK], cwd=root, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.split("\n")
+    assert int(lines[0]) >= 18_000
+    assert lines[1:3] == ["eager True True False", "rendezvous False False True"]
