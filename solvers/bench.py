@@ -5,7 +5,8 @@ scaling. Results are printed and written to runs/bench/solvers.json.
    (the first 128 layers of the dense_128l preset, homogeneous and heterogeneous clusters) and
    random costs; the presolved ILP (incumbent windows) and the plain ILP, with the DP's optimum
    as the reference.
-2. SMT deadlock check of 8-device, 64-micro-batch lowered tables (target < 10 s).
+2. SMT deadlock check of 8-device, 64-micro-batch lowered tables (target < 10 s), and of an
+   18,432-action table (zbh1, 8 devices, 128 micro-batches, 48 stages; z3 once segfaulted on it).
 3. Joint partition + placement ILP: size and solve time over (layers, stages, devices).
 
     python -m solvers.bench [--quick] [--out runs/bench]
@@ -112,6 +113,25 @@ def bench_smt(quick: bool) -> list[dict]:
     return rows
 
 
+def bench_smt_large() -> list[dict]:
+    """The deadlock check on a tuned-size table: 18,432 compute actions in 48 stages."""
+    from octopipe.schedule.library import build_schedule
+    from solvers.smt.deadlock import check_deadlock_free
+    table = build_schedule("zbh1", 8, 128, 6)
+    n_actions = sum(1 for _ in table)
+    rows = []
+    for sem in ("eager", "rendezvous", "batched"):
+        t0 = time.perf_counter()
+        v = check_deadlock_free(table, sem)
+        wall = time.perf_counter() - t0
+        rows.append({"schedule": "zbh1", "devices": 8, "microbatches": 128, "stages": table.n_stages,
+                     "semantics": sem, "actions": n_actions, "events": v.n_events,
+                     "constraints": v.n_constraints, "deadlock_free": v.ok, "time_s": wall})
+        print(f"  smt zbh1 8x128, 48 stages {sem}: {wall:.2f}s ({n_actions} actions, "
+              f"{v.n_events} events) deadlock_free={v.ok}", flush=True)
+    return rows
+
+
 def bench_joint(cfg: SolverConfig, quick: bool) -> list[dict]:
     grid = [(16, 4, 2), (16, 8, 4), (32, 8, 4), (32, 8, 8), (32, 16, 8), (64, 16, 8)]
     if not quick:
@@ -149,6 +169,9 @@ def main(argv: list[str] | None = None) -> dict:
         print("SMT deadlock check, 8 devices x 64 micro-batches (target: < 10 s)")
         doc["smt_8x64"] = bench_smt(args.quick)
         doc["smt_8x64_max_time_s"] = max(r["time_s"] for r in doc["smt_8x64"])
+        print("SMT deadlock check, 18,432 actions (8 devices x 128 micro-batches x 48 stages)")
+        doc["smt_large"] = bench_smt_large()
+        doc["smt_large_max_time_s"] = max(r["time_s"] for r in doc["smt_large"])
     if "joint" not in args.skip:
         print("joint partition + placement ILP scaling")
         doc["joint_scaling"] = bench_joint(cfg, args.quick)
