@@ -36,7 +36,7 @@ class TunerConfig:
 
     search: SearchConfig = SearchConfig()
     finalists: int = 6             # distinct best candidates fully simulated at the end
-    smt_max_actions: int = 8192    # larger tables rely on the simulator's deadlock detection
+    smt_max_actions: int = 32768   # larger tables rely on the simulator's deadlock detection
     ilp: bool = True               # start from the ILP partition + placement
     polish_s: float = 2.0          # seconds of row moves on the best table (full simulator)
 
@@ -46,7 +46,7 @@ class TunerConfig:
             return cls()
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
         return cls(SearchConfig.from_cfg(cfg), int(get("finalists", 6)),
-                   int(get("smt_max_actions", 8192)), bool(get("ilp", True)),
+                   int(get("smt_max_actions", 32768)), bool(get("ilp", True)),
                    float(get("polish_s", 2.0)))
 
 
