@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pulp
@@ -91,7 +91,15 @@ def run_model(prob: pulp.LpProblem, cfg: SolverConfig) -> SolveOutcome:
     """Solve `prob`; proven optimality means status Optimal with gap 0 within the time limit."""
     solver = make_solver(cfg)
     t0 = time.perf_counter()
-    prob.solve(solver)
+    try:
+        prob.solve(solver)
+    except pulp.PulpSolverError:
+        if cfg.name != "cbc" or not cfg.cbc_options:
+            raise
+        # CBC 2.10 with "preprocess off" exits without writing a solution on some models whose
+        # LP relaxation is feasible but which have no integer solution; its defaults report them
+        solver = make_solver(replace(cfg, cbc_options=()))
+        prob.solve(solver)
     dt = time.perf_counter() - t0
     status = pulp.LpStatus[prob.status]
     sol_status = prob.sol_status

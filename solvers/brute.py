@@ -48,14 +48,18 @@ def brute_force_partition(inst: PartitionInstance) -> PartitionResult:
     return _best(inst, [inst.placement], "brute")
 
 
-def brute_force_placement(inst: PartitionInstance, require_all_devices: bool = True
-                          ) -> PartitionResult:
-    """The joint optimum over partitions and placements (every device used when asked)."""
+def brute_force_placement(inst: PartitionInstance, require_all_devices: bool = True,
+                          stages_per_device: int | None = None) -> PartitionResult:
+    """The joint optimum over partitions and placements (every device used when asked; with
+    `stages_per_device`, only placements where every device holds exactly that many stages,
+    the joint ILP's feasible set)."""
     D, S = inst.n_devices, inst.n_stages
     n = comb(inst.n_layers - 1, S - 1) * D ** S
     if n > MAX_CANDIDATES:
         raise ConfigError(f"brute force would enumerate {n} (partition, placement) pairs; it is "
                           f"meant for tiny instances (at most {MAX_CANDIDATES})")
     placements = (p for p in itertools.product(range(D), repeat=S)
-                  if not require_all_devices or len(set(p)) == min(D, S))
+                  if (not require_all_devices or len(set(p)) == min(D, S))
+                  and (stages_per_device is None
+                       or all(p.count(d) == stages_per_device for d in range(D))))
     return _best(inst, placements, "brute_placement")
