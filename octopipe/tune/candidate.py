@@ -94,16 +94,7 @@ class Problem:
             raise ConfigError(f"pp={n_devices} exceeds the model's {costs.n_layers} layers; "
                               "choose a smaller pp")
         cl = cluster.restrict(n_devices) if cluster.n_devices != n_devices else cluster
-        cols = []
-        for d in range(n_devices):
-            name = cl.kind_of(d).name
-            if name in costs.kinds:
-                cols.append(costs.kinds.index(name))
-            elif len(costs.kinds) == 1:
-                cols.append(0)
-            else:
-                raise ConfigError(f"cost table has no column for device kind {name!r} "
-                                  f"(it has {', '.join(costs.kinds)}); rebuild the costs for this cluster")
+        cols = costs.columns_for(cl)
         mem = np.array([cl.kind_of(d).memory_bytes for d in range(n_devices)], dtype=np.float64)
         return cls(costs, cl, int(n_microbatches), mem, np.array(cols, dtype=np.int64), semantics)
 
