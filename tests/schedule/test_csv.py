@@ -14,18 +14,7 @@ from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable, v_placement
 
-
-def one_f_one_b(p: int, m: int) -> ScheduleTable:
-    rows = []
-    for d in range(p):
-        warm = min(p - 1 - d, m)
-        row = [Action(d, F, i) for i in range(warm)]
-        for b in range(m):
-            if warm + b < m:
-                row.append(Action(d, F, warm + b))
-            row.append(Action(d, B, b))
-        rows.append(row)
-    return ScheduleTable.from_rows(rows, range(p), m, "1f1b")
+from hand_tables import one_f_one_b
 
 
 def aligned_gpipe(p: int, m: int) -> ScheduleTable:

@@ -12,23 +12,12 @@ from octopipe.schedule.idealized import SlotCosts, idealize
 from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.table import ScheduleTable
 
+from hand_tables import one_f_one_b
+
 
 def gpipe(p: int, m: int) -> ScheduleTable:
     rows = [[Action(d, F, i) for i in range(m)] + [Action(d, B, i) for i in range(m)] for d in range(p)]
     return ScheduleTable.from_rows(rows, range(p), m, "gpipe")
-
-
-def one_f_one_b(p: int, m: int, split: bool = False) -> ScheduleTable:
-    rows = []
-    for d in range(p):
-        warm = min(p - 1 - d, m)
-        row = [Action(d, F, i) for i in range(warm)]
-        for b in range(m):
-            if warm + b < m:
-                row.append(Action(d, F, warm + b))
-            row += [Action(d, I, b), Action(d, W, b)] if split else [Action(d, B, b)]
-        rows.append(row)
-    return ScheduleTable.from_rows(rows, range(p), m, "1f1b")
 
 
 def torch_table(name: str, p: int, m: int, chunks: int | None) -> ScheduleTable:

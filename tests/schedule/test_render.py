@@ -8,25 +8,12 @@ import pytest
 from rich.console import Console
 
 from octopipe.errors import ScheduleError
-from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.lower import lower
 from octopipe.schedule.render import (Bar, chrome_trace, gantt_png, grid_text, idealized_gantt,
                                       idealized_trace, kind_colour, print_grid, write_trace)
-from octopipe.schedule.table import ScheduleTable
 
-
-def one_f_one_b(p: int, m: int) -> ScheduleTable:
-    rows = []
-    for d in range(p):
-        warm = min(p - 1 - d, m)
-        row = [Action(d, F, i) for i in range(warm)]
-        for b in range(m):
-            if warm + b < m:
-                row.append(Action(d, F, warm + b))
-            row.append(Action(d, B, b))
-        rows.append(row)
-    return ScheduleTable.from_rows(rows, range(p), m, "1f1b")
+from hand_tables import one_f_one_b
 
 
 def test_grid_text_lists_each_row_in_order():
