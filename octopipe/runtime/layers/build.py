@@ -12,6 +12,13 @@ from octopipe.runtime.layers.mlp import MLP, MoE
 from octopipe.runtime.layers.ssm import Mamba1, Mamba2
 
 
+_SPEC_ONLY: dict[LayerKind, type[nn.Module]] = {
+    LayerKind.ATTENTION: Attention, LayerKind.MLA: MLA, LayerKind.LINEAR_ATTENTION: LinearAttention,
+    LayerKind.MAMBA2: Mamba2, LayerKind.MAMBA1: Mamba1, LayerKind.MLP: MLP, LayerKind.MOE: MoE,
+    LayerKind.VIT_BLOCK: ViTBlock,
+}  # kinds whose module needs only its LayerSpec
+
+
 def _tokens(model: ModelSpec, spec: LayerSpec) -> int:
     return spec.tokens or model.seq_len
 
@@ -24,28 +31,12 @@ def build_layer(model: ModelSpec, index: int, seed: int = 0) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1_000_003 + index)
         k = spec.kind
-        if k is LayerKind.EMBEDDING:
-            return Embedding(spec, model.vocab)
-        if k is LayerKind.HEAD:
-            return Head(spec, model.vocab)
-        if k is LayerKind.ATTENTION:
-            return Attention(spec)
-        if k is LayerKind.MLA:
-            return MLA(spec)
-        if k is LayerKind.LINEAR_ATTENTION:
-            return LinearAttention(spec)
-        if k is LayerKind.MAMBA2:
-            return Mamba2(spec)
-        if k is LayerKind.MAMBA1:
-            return Mamba1(spec)
-        if k is LayerKind.MLP:
-            return MLP(spec)
-        if k is LayerKind.MOE:
-            return MoE(spec)
+        if k in _SPEC_ONLY:
+            return _SPEC_ONLY[k](spec)
+        if k in (LayerKind.EMBEDDING, LayerKind.HEAD):
+            return (Embedding if k is LayerKind.EMBEDDING else Head)(spec, model.vocab)
         if k is LayerKind.PATCH_EMBED:
             return PatchEmbed(spec, _tokens(model, spec))
-        if k is LayerKind.VIT_BLOCK:
-            return ViTBlock(spec)
         if k is LayerKind.PROJECTOR:
             return Projector(spec, prev.hidden if prev is not None else spec.in_hidden)
     raise ValueError(f"layer {index} ({spec.label}): no runtime module for kind {spec.kind}")
