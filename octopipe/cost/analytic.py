@@ -43,6 +43,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
+from octopipe.model.shard import carry_width, is_first, is_last, shard_span
 from octopipe.model.spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -118,6 +119,8 @@ class AnalyticCostModel:
         t = x.tokens or model.seq_len
         if x.kind is LayerKind.HEAD:
             t = model.seq_len
+        if x.shards > 1:
+            return _piece_work(x, t * b)
         gemm, core, bwd_factor = _flops_per_token(x, t)
         act, scores, w_act = _activations(x, t, self.flash_attention, self.dropout)
         n_tok = t * b
@@ -201,6 +204,35 @@ def analytic_costs(cost_cfg: Any, model: ModelSpec, cluster: Cluster) -> CostTab
 
 
 # -- formulas -------------------------------------------------------------------------------
+
+
+def _piece_work(x: LayerSpec, n_tok: int) -> LayerWork:
+    """Work of one piece of a split layer (octopipe.model.shard): the split dimension's GEMMs
+    and activations are divided; piece 0 keeps the norm (and the MoE router and shared experts);
+    boundaries between pieces carry `carry_width` values per token."""
+    h, first, last = x.hidden, is_first(x), is_last(x)
+    lo, hi = shard_span(x)
+    in_norm = 4.0 * h if first else 2.0 * h           # norm in + out, or the carried norm output
+    if x.kind is LayerKind.HEAD:
+        gemm, act, w_act = 2.0 * h * (hi - lo), in_norm + 4.0 * (hi - lo), 2.0 * h
+    elif x.kind is LayerKind.MLP:
+        f = hi - lo
+        gemm, act, w_act = _ffn_flops(h, f, x.activation), in_norm + _ffn_act(f, x.activation), 2.0 * h + 2.0 * f
+    else:
+        share = x.top_k * (hi - lo) / x.experts          # expected routed tokens per token
+        gemm = share * _ffn_flops(h, x.expert_ffn, x.activation)
+        act = in_norm + share * (2.0 * h + _ffn_act(x.expert_ffn, x.activation))
+        w_act = 2.0 * h + share * (2.0 * h + 2.0 * x.expert_ffn)
+        if first:
+            gemm += 2.0 * h * x.experts + x.shared_experts * _ffn_flops(h, x.shared_ffn, x.activation)
+            act += x.shared_experts * _ffn_act(x.shared_ffn, x.activation)
+            w_act += x.shared_experts * 2.0 * x.shared_ffn
+    carry = 2.0 * carry_width(x) * n_tok
+    out = 0.0 if (last and x.kind is LayerKind.HEAD) else (2.0 * h * n_tok if last else carry)
+    return LayerWork(gemm_flops=gemm * n_tok, core_flops=0.0, core_bwd_flops=0.0,
+                     weight_bytes=2.0 * layer_params(x), act_bytes=act * n_tok, score_bytes=0.0,
+                     w_act_bytes=w_act * n_tok, in_bytes=2.0 * h * n_tok if first else carry,
+                     out_bytes=out, params=layer_params(x))
 
 
 def _ffn_flops(h: int, f: int, activation: str) -> float:

@@ -32,7 +32,8 @@ TOP_KEYS = ("name", "source", "seq_len", "micro_batch_size", "vocab", "hidden", 
             "blocks", "vision")
 VISION_KEYS = ("hidden", "tokens", "patch", "temporal_patch", "channels", "depth", "heads",
                "ffn", "activation", "bias", "merge", "projector_ffn")
-_LAYER_FIELDS = {f.name for f in fields(LayerSpec)} - {"kind", "name", "tokens", "vocab"}
+_LAYER_FIELDS = {f.name for f in fields(LayerSpec)} - {"kind", "name", "tokens", "vocab",
+                                                        "shard", "shards"}
 
 
 def _plain(cfg: Any) -> dict:

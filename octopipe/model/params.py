@@ -75,9 +75,31 @@ def _vit_block_params(x: LayerSpec) -> int:
     return 2 * 2 * h + attn + _ffn_params(h, x.ffn, x.activation, x.bias)
 
 
+def _piece_params(x: LayerSpec, active: bool) -> int:
+    """Parameters of one piece of a split layer (octopipe.model.shard): the norm, router, shared
+    experts and the down projection's bias belong to piece 0; the split dimension is divided."""
+    from octopipe.model.shard import shard_span
+    lo, hi = shard_span(x)
+    h, first = x.hidden, x.shard == 0
+    if x.kind is LayerKind.HEAD:
+        return (h if first else 0) + h * (hi - lo)
+    if x.kind is LayerKind.MLP:
+        ffn = _ffn_params(h, hi - lo, x.activation, x.bias) - (h if x.bias else 0)
+        return (h + (h if x.bias else 0) if first else 0) + ffn
+    if x.kind is LayerKind.MOE:
+        one = _ffn_params(h, x.expert_ffn, x.activation, x.bias)
+        routed = (x.top_k * (hi - lo) / x.experts if active else hi - lo) * one
+        head = (h + h * x.experts + (x.experts if x.bias else 0)
+                + x.shared_experts * _ffn_params(h, x.shared_ffn, x.activation, x.bias)) if first else 0
+        return int(round(head + routed))
+    raise ValueError(f"{x.kind.value} layers do not split")
+
+
 def layer_params(x: LayerSpec, active: bool = False) -> int:
     """Parameters of one layer; `active=True` counts only what one token uses (MoE top-k)."""
     k, h = x.kind, x.hidden
+    if x.shards > 1:
+        return _piece_params(x, active)
     if k is LayerKind.EMBEDDING:
         return x.vocab * h
     if k is LayerKind.HEAD:

@@ -61,6 +61,15 @@ def validate_layer(x: LayerSpec, where: str = "layer") -> LayerSpec:
         if x.shared_experts and x.shared_ffn <= 0:
             _fail(where, "shared_ffn", x.shared_ffn,
                   f"must be positive when shared_experts={x.shared_experts}")
+    if x.shards < 1 or x.shard >= x.shards:
+        _fail(where, "shard", x.shard, f"must be in [0, shards={x.shards}) with shards >= 1")
+    if x.shards > 1:
+        from octopipe.model.shard import SPLIT_DIM
+        if k not in SPLIT_DIM:
+            _fail(where, "shards", x.shards, f"{k.value} layers do not split; splittable: "
+                  f"{', '.join(d.value for d in SPLIT_DIM)}")
+        if x.shards > getattr(x, SPLIT_DIM[k]):
+            _fail(where, "shards", x.shards, f"exceeds {SPLIT_DIM[k]}={getattr(x, SPLIT_DIM[k])}")
     if k is LayerKind.MAMBA2 and x.ssm_heads % x.ssm_groups:
         _fail(where, "ssm_groups", x.ssm_groups, f"must divide ssm_heads={x.ssm_heads}")
     return x
