@@ -75,3 +75,23 @@ def load_inputs(cfg: Any) -> tuple[ModelSpec, Cluster, CostTable]:
         raise ConfigError(f"cost: the cost table has {costs.n_layers} layers but model "
                           f"{model.name!r} has {model.n_layers}; choose a matching model or costs")
     return model, cluster, costs
+
+
+def load_splitter(cfg: Any, model: ModelSpec, cluster: Cluster, costs: CostTable):
+    """How the planner may split heavy layers (`octopipe.tune.split`) for these costs.
+
+    Analytic costs price each piece from its shapes; measured costs (a profile file, or the
+    profiler's per-layer times) are divided evenly across pieces, an assumption the plan records.
+    """
+    from octopipe.model.shard import SPLIT_DIM
+    from octopipe.tune.split import model_splitter, row_splitter
+    cost = _get(cfg, "cost")
+    source = str(_get(cost, "source", "analytic")) if cost is not None else "analytic"
+    if source == "analytic" and costs.n_layers == model.n_layers:
+        return model_splitter(model, lambda m: load_costs(cfg, m, cluster))
+    if costs.n_layers != model.n_layers and source == "file":
+        from octopipe.cost.from_file import profile_model
+        model = profile_model(cost, model)
+    if costs.n_layers != model.n_layers:
+        return None
+    return row_splitter(costs, [x.kind in SPLIT_DIM for x in model.layers])

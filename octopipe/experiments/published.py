@@ -30,9 +30,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
-from octopipe.cost.from_file import ProfileOptions, describe, load_preset, profile_cost_table
+from octopipe.cost.from_file import (ProfileOptions, describe, load_preset, model_from_profile,
+                                     profile_cost_table)
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.model.shard import SPLIT_DIM
 from octopipe.experiments.published_gate import gated_makespan
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.table import ScheduleTable
@@ -196,18 +198,24 @@ def tuner_available() -> bool:
 
 
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: Mapping[str, Any],
-                       solver_cfg: Mapping[str, Any], seed: int) -> tuple[Plan, float] | None:
-    """The OctoPipe plan for one case and the tuner's seconds; None when no tuner is installed.
+                       solver_cfg: Mapping[str, Any], seed: int,
+                       splittable: Sequence[bool] = ()) -> tuple[Plan, float, CostTable] | None:
+    """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
+    profile's rows, or them split into pieces); None when no tuner is installed.
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
-    n_microbatches, ...)`, whose result carries `.plan` and `.tuner_seconds`.
+    n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (HEAD, MLP, MoE rows;
+    a piece's time is the row's divided evenly, since pieces were not measured).
     """
     if not tuner_available():
         return None
     from octopipe.tune import tune
+    from octopipe.tune.split import row_splitter
+    splittable = list(splittable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=dict(tuner_cfg),
-                  solver_cfg=dict(solver_cfg), seed=seed, model=case.profile)
-    return result.plan, float(result.tuner_seconds)
+                  solver_cfg=dict(solver_cfg), seed=seed, model=case.profile,
+                  splitter=row_splitter(costs, splittable))
+    return result.plan, float(result.tuner_seconds), result.costs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,14 +388,17 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
             res.outcomes.append(evaluate(case, name, plan, costs, cluster))
         if res.tuner:
-            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed)
+            prof = load_preset(case.profile)
+            splittable = [x.kind in SPLIT_DIM for x in model_from_profile(prof).layers] \
+                if exp.get("split_layers", True) else []
+            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed, splittable)
             if tuned is not None:
-                plan, seconds = tuned
+                plan, seconds, plan_costs = tuned
                 key = (case.profile, case.devices, case.microbatches)
                 if key not in bounds:
                     bounds[key] = device_bound_s(costs, cluster, case)
-                res.outcomes.append(evaluate(case, "octopipe", plan, costs, cluster, tuner_s=seconds,
-                                             device_bound=bounds[key]))
+                res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
+                                             tuner_s=seconds, device_bound=bounds[key]))
     return res
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from octopipe.errors import InfeasibleError
-from octopipe.load import load_cluster, load_costs, load_model
+from octopipe.load import load_cluster, load_costs, load_model, load_splitter
 from octopipe.run import write_json
 from octopipe.tune import tune
 from octopipe.tune.report_md import plan_report, sim_bars, timeline_png
@@ -45,7 +45,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     try:
         res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.get("tuner"), solver_cfg=cfg.get("solver"),
                    semantics=str(OmegaConf.select(cfg, "sim.semantics", default="eager")),
-                   seed=int(cfg.get("seed", 0)), model=model.name, progress=console.is_terminal)
+                   seed=int(cfg.get("seed", 0)), model=model.name, progress=console.is_terminal,
+                   splitter=load_splitter(cfg, model, cluster, costs))
     except InfeasibleError as e:
         if not OmegaConf.select(cfg, "experiment.keep_going", default=False):
             raise

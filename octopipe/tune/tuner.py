@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
-from octopipe.errors import InfeasibleError, OctoPipeError
+from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.baselines import as_candidate, run_baselines
@@ -28,6 +28,10 @@ from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
 from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.search import SearchConfig, search
+from octopipe.tune.split import LayerSplitter, map_sizes
+
+
+JOINT_ILP_MAX_CELLS = 2048
 
 
 @dataclass(frozen=True)
@@ -39,15 +43,24 @@ class TunerConfig:
     smt_max_actions: int = 32768   # larger tables rely on the simulator's deadlock detection
     ilp: bool = True               # start from the ILP partition + placement
     polish_s: float = 2.0          # seconds of row moves on the best table (full simulator)
+    split_layers: str = "auto"     # auto: split layers heavier than split_share of a device's share
+    split_share: float = 0.5
 
     @classmethod
     def from_cfg(cls, cfg: Any | None) -> "TunerConfig":
         if cfg is None:
             return cls()
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+        split = str(get("split_layers", "auto"))
+        if split not in ("auto", "off"):
+            raise ConfigError(f"tuner.split_layers={split!r}: valid: auto, off")
+        share = get("split_share", 0.5)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or share <= 0:
+            raise ConfigError(f"tuner.split_share={share!r}: must be a positive number "
+                              "(the largest piece as a fraction of a device's even share of the work)")
         return cls(SearchConfig.from_cfg(cfg), int(get("finalists", 6)),
                    int(get("smt_max_actions", 32768)), bool(get("ilp", True)),
-                   float(get("polish_s", 2.0)))
+                   float(get("polish_s", 2.0)), split, float(share))
 
 
 @dataclass
@@ -65,6 +78,8 @@ class TuneResult:
     layer_bound_s: float
     search_stats: dict = field(default_factory=dict)
     ilp: dict = field(default_factory=dict)
+    costs: CostTable | None = None        # the costs the plan's layers index (split model if split)
+    split_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
 
     @property
     def makespan_s(self) -> float:
@@ -115,6 +130,7 @@ class TuneResult:
             "partition_sizes": [hi - lo for lo, hi in self.plan.partition],
             "placement": list(self.plan.placement),
             "plan_origin": self.plan.meta.get("origin", ""),
+            "split_layers": {str(k): v for k, v in self.plan.meta.get("shards", {}).items()},
             "bubble_causes_s": self.attribution.totals(),
             "checks": self.evaluated.checks,
             "search": self.search_stats,
@@ -131,6 +147,7 @@ class TuneResult:
 def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[list[Candidate], dict]:
     """The joint partition + placement ILP (solvers) as starting candidates."""
     from solvers.backend import SolverConfig
+    from solvers.partition_ilp import solve_partition
     from solvers.placement_ilp import solve_partition_placement
     scfg = solver_cfg if isinstance(solver_cfg, SolverConfig) else SolverConfig.from_cfg(solver_cfg)
     scfg = replace(scfg, time_limit_s=max(1.0, min(scfg.time_limit_s, time_limit)))
@@ -138,15 +155,23 @@ def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[l
     info: dict = {}
     res = None
     # one stage per device: the joint ILP with several stages per device takes tens of seconds
-    # on this class of machine, more than the whole tuning budget
+    # on this class of machine, more than the whole tuning budget; beyond JOINT_ILP_MAX_CELLS
+    # layer-device pairs even one stage per device does (building the model alone overruns its
+    # time limit: 82 layers x 32 devices took 29 s), so large instances fix the loop placement
+    # and solve the partition ILP
     for chunks, sched in ((1, "zbh1"),):
         if D * chunks > L:
             continue
         t0 = time.perf_counter()
         try:
-            res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
-                                            schedule_name=sched, n_microbatches=problem.n_microbatches,
-                                            chunks=chunks, solver_cfg=scfg)
+            if L * D <= JOINT_ILP_MAX_CELLS:
+                res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
+                                                schedule_name=sched, n_microbatches=problem.n_microbatches,
+                                                chunks=chunks, solver_cfg=scfg)
+            else:
+                res = solve_partition(problem.costs, problem.cluster, D * chunks, tuple(range(D)) * chunks,
+                                      schedule_name=sched, n_microbatches=problem.n_microbatches,
+                                      chunks=chunks, solver_cfg=scfg)
         except OctoPipeError as e:
             info = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
             res = None
@@ -168,19 +193,31 @@ def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[l
 def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int, *,
          tuner_cfg: Any = None, solver_cfg: Any = None, semantics: str = "eager", seed: int = 0,
          model: str = "", baselines: bool = True, starts: Sequence[Candidate] = (),
-         progress: bool = False) -> TuneResult:
+         progress: bool = False, splitter: LayerSplitter | None = None) -> TuneResult:
     """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
 
     tuner_cfg: conf/tuner (time_budget_s, max_iters, patience, candidates_per_iter, finalists,
-    smt_max_actions, ilp); solver_cfg: conf/solver for the ILP start; semantics: the runtime's
-    communication semantics (eager, rendezvous, batched) used by the simulator and the SMT check.
+    smt_max_actions, ilp, split_layers, split_share); solver_cfg: conf/solver for the ILP start;
+    semantics: the runtime's communication semantics (eager, rendezvous, batched) used by the
+    simulator and the SMT check. splitter: how heavy layers may split (`octopipe.tune.split`);
+    the search then runs on the split model, the baselines on the model as given, and a split
+    plan records its pieces in `plan.meta["shards"]` (original layer index -> pieces).
     Raises InfeasibleError when no plan fits memory.
     """
     t0 = time.perf_counter()
     cfg = TunerConfig.from_cfg(tuner_cfg)
-    problem = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
-    base = run_baselines(problem, model) if baselines else []
-    start_cands = [as_candidate(b) for b in base if b.feasible] + list(starts)
+    whole = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
+    base = run_baselines(whole, model) if baselines else []
+    problem, counts = whole, {}
+    if splitter is not None and cfg.split_layers == "auto":
+        counts = splitter.counts(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
+        if counts:
+            problem = Problem.build(splitter.costs_for(counts), cluster, n_devices, n_microbatches,
+                                    semantics)
+    start_cands = [_on_split(as_candidate(b), counts) for b in base if b.feasible]
+    start_cands += [_on_split(c, counts) for c in starts]
+    shard_meta = {"shards": {int(k): int(v) for k, v in counts.items()},
+                  "split_costs": splitter.source} if counts else {}
     ilp_info: dict = {}
     if cfg.ilp:
         try:
@@ -202,7 +239,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
             break
         plan = to_plan(problem, cand, model=model,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
-                             "candidate": cand.describe()})
+                             "candidate": cand.describe(), **shard_meta})
         key = (plan.partition, plan.table.rows)
         if key in seen_tables:
             continue
@@ -217,7 +254,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     if finals and finals[0].feasible and cfg.polish_s > 0 and not finals[0].plan.table.is_lowered:
         top = finals[0]
         left = cfg.search.time_budget_s - (time.perf_counter() - t0)
-        plan, sim, moves = advance_into_bubbles(problem, top.plan, top.sim, min(cfg.polish_s, max(0.0, left)))
+        on = problem if "shards" in top.plan.meta else whole
+        plan, sim, moves = advance_into_bubbles(on, top.plan, top.sim, min(cfg.polish_s, max(0.0, left)))
         if moves:
             plan = replace(plan, meta={**plan.meta, "row_moves": moves})
             finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
@@ -240,9 +278,15 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     stats = {"evaluations": outcome.evaluations, "iterations": outcome.iterations,
              "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
              "search_budget_s": budget}
+    on = problem if "shards" in chosen.plan.meta else whole
     return TuneResult(chosen.plan, chosen.sim, chosen, history, base,
-                      time.perf_counter() - t0, problem.lower_bound(), tokens,
-                      problem.layer_bound(), stats, ilp_info)
+                      time.perf_counter() - t0, whole.lower_bound(), tokens,
+                      on.layer_bound(), stats, ilp_info, on.costs, dict(counts))
+
+
+def _on_split(cand: Candidate, counts: dict) -> Candidate:
+    """A candidate over the original layers as the same stages over the split model."""
+    return replace(cand, sizes=map_sizes(cand.sizes, counts)) if counts else cand
 
 
 def _progress(show: bool, budget: float):

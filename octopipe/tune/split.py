@@ -1,0 +1,91 @@
+"""The planner's fourth lever: split layers heavier than a device's share into pieces.
+
+No partition can beat its heaviest layer: at 16 or 32 stages an LM head or an MoE layer holds
+more than one device's even share of the work. `octopipe.model.shard` defines exact pieces (a
+vocabulary-split head, an FFN-width-split MLP, an expert-split MoE); this module decides how many
+pieces each heavy layer gets and supplies the CostTable of the split model, either from the model
+(analytic costs: exact per piece) or by dividing a measured row evenly (profile files, whose
+per-piece times are not measured: an assumption the plan reports).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from octopipe.cost.table import CostTable
+from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map
+from octopipe.model.spec import ModelSpec
+
+MAX_ROW_PIECES = 8
+
+
+@dataclass(frozen=True)
+class LayerSplitter:
+    """Which layers may split, into how many pieces at most, and the costs of a split model."""
+
+    splittable: tuple[bool, ...]
+    max_pieces: tuple[int, ...]
+    costs_for: Callable[[Mapping[int, int]], CostTable]
+    source: str = "model"            # "model": pieces costed exactly; "rows": rows divided evenly
+
+    def counts(self, layer_work: Sequence[float], n_devices: int, max_share: float) -> dict[int, int]:
+        """Pieces per heavy layer (empty when no splittable layer exceeds the share)."""
+        return choose_counts(layer_work, self.splittable, n_devices, max_share, self.max_pieces)
+
+
+def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
+    """Split `model`'s HEAD, MLP and MoE layers; `costs_of` prices the split model."""
+    from octopipe.model.shard import shard_model
+    ok = tuple(x.kind in SPLIT_DIM and x.shards == 1 for x in model.layers)
+    cap = tuple(getattr(x, SPLIT_DIM[x.kind]) if x.kind in SPLIT_DIM else 1 for x in model.layers)
+    return LayerSplitter(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
+
+
+def row_splitter(costs: CostTable, splittable: Sequence[bool]) -> LayerSplitter:
+    """Split measured rows evenly (at most `MAX_ROW_PIECES` pieces per row)."""
+    ok = tuple(bool(x) for x in splittable)
+    return LayerSplitter(ok, tuple(MAX_ROW_PIECES if x else 1 for x in ok),
+                         lambda counts: split_rows(costs, counts), "rows")
+
+
+def split_rows(costs: CostTable, counts: Mapping[int, int]) -> CostTable:
+    """`costs` with row i divided into `counts[i]` equal pieces.
+
+    Times, memory, parameters and FLOPs divide evenly; a piece that is not the last sends a
+    carry about twice the layer's boundary tensor (an MLP piece passes the residual sum and the
+    norm output; a head piece the norm output and two statistics per token), so its out_bytes
+    are twice the larger of the row's own and its predecessor's.
+    """
+    n = costs.n_layers
+    idx = shard_map(n, counts)
+    k = np.array([int(counts.get(i, 1)) for i in range(n)], dtype=np.float64)[idx]
+    last = np.ones(len(idx), dtype=bool)
+    last[:-1] = idx[1:] != idx[:-1]
+    prev_out = np.concatenate([[0.0], costs.out_bytes[:-1]])
+    carry = 2.0 * np.maximum(costs.out_bytes, prev_out)[idx]
+    out = np.where(last, costs.out_bytes[idx], carry)
+    names = tuple(costs.layer_names[i] if counts.get(i, 1) == 1 else
+                  f"{costs.layer_names[i]}[{j}/{counts[i]}]"
+                  for i in range(n) for j in range(int(counts.get(i, 1))))
+
+    def div(a: np.ndarray | None) -> np.ndarray | None:
+        if a is None:
+            return None
+        a = np.asarray(a, dtype=np.float64)[idx]
+        return a / (k[:, None] if a.ndim == 2 else k)
+
+    return CostTable(names, costs.kinds, div(costs.f), div(costs.i), div(costs.w),
+                     div(costs.act_bytes), div(costs.static_bytes), out, div(costs.params),
+                     w_act_bytes=div(costs.w_act_bytes), flops=div(costs.flops),
+                     tokens_per_microbatch=costs.tokens_per_microbatch)
+
+
+def map_sizes(sizes: Sequence[int], counts: Mapping[int, int]) -> tuple[int, ...]:
+    """Stage sizes over the original layers → the same stages over the split model's layers."""
+    out, lo = [], 0
+    for n in sizes:
+        out.append(sum(int(counts.get(i, 1)) for i in range(lo, lo + int(n))))
+        lo += int(n)
+    return tuple(out)
