@@ -4,6 +4,11 @@ The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatc
 evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
 tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
 
+A plan whose meta says `shards` (the tuner's split layers: original layer index -> pieces) runs
+the model with those layers split (`octopipe.model.shard`, `plan_model`): its partition indexes
+the pieces; the stages, the reference gradients, the profiled costs and the calibration are those
+of the split model, which starts from the unsplit model's weights (so its loss is the same).
+
 Model: `runtime.compute=real` builds the layers, so a model too large for this machine would not
 fit: with `runtime.model=auto` (the default) a model above `runtime.max_params` parameters is
 replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one. The
@@ -71,6 +76,26 @@ def choose_model(cfg: Any, console: Console):
     return model
 
 
+def plan_model(model, plan: Plan):
+    """The model `plan` partitions: `model` with the layers `plan.meta["shards"]` names (original
+    layer index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
+    from octopipe.model.shard import shard_model
+    shards = (plan.meta or {}).get("shards")
+    out = model
+    if shards:
+        try:
+            counts = {int(k): int(v) for k, v in dict(shards).items()}
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"plan meta shards={shards!r}: expected a mapping of original layer index to "
+                              "pieces, e.g. {\"11\": 3}") from e
+        out = shard_model(model, counts)
+    if plan.n_layers != out.n_layers:
+        split = f" split as meta shards says into {out.n_layers}" if out is not model else ""
+        raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
+                          f"has {model.n_layers}{split}; use the plan's model (runtime.model=<preset>)")
+    return out
+
+
 def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
     from octopipe.modes.simulate import schedule_from_cfg
     names = _opt(cfg, "schedules", None)
@@ -88,6 +113,14 @@ def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
                 plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
                 plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta))
             continue
+        path = OmegaConf.select(sub, "schedule.file", default=None)
+        if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
+            from octopipe.schedule.plan_io import load_plan
+            plan = load_plan(Path(str(path)))
+            plan_model(model, plan)
+            plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
+                              {**plan.meta, "source": f"schedule.file={path}"}))
+            continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
     return plans
@@ -95,19 +128,34 @@ def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
 
 def _costs(cfg: Any, model, compute: str, n: int):
     """(costs, cluster the simulator sees) for the chosen compute mode."""
-    from octopipe.cost.profiled import profiled_costs
-    from octopipe.load import load_cluster, load_costs
-    from octopipe.run import CONF_DIR
+    from octopipe.load import load_cluster
     from octopipe.runtime.calibrate import local_cluster, measure_loopback
-    cache = Path(str(OmegaConf.select(cfg, "cost.cache_dir", default=None) or "runs/cache/profiled"))
-    link = measure_loopback(cache=cache.parent / "loopback_link.json")
+    link = measure_loopback(cache=_cache_dir(cfg).parent / "loopback_link.json")
     if compute == "emulated":
         cluster = load_cluster(cfg)
-        return load_costs(cfg, model, cluster), local_cluster(n, link, like=cluster)
+        return _cost_table(cfg, model, compute, cluster), local_cluster(n, link, like=cluster)
     sim_cluster = local_cluster(n, link)
+    return _cost_table(cfg, model, compute, sim_cluster), sim_cluster
+
+
+def _cache_dir(cfg: Any) -> Path:
+    return Path(str(OmegaConf.select(cfg, "cost.cache_dir", default=None) or "runs/cache/profiled"))
+
+
+def _cost_table(cfg: Any, model, compute: str, cluster):
+    """Emulated: the configured costs of `model` on `cluster`; real: its `cost=profiled` times."""
+    from octopipe.cost.profiled import profiled_costs
+    from octopipe.load import load_costs
+    from octopipe.run import CONF_DIR
+    if compute == "emulated":
+        costs = load_costs(cfg, model, cluster)
+        if costs.n_layers != model.n_layers:
+            raise ConfigError(f"cost: the cost table has {costs.n_layers} layers but the plan runs {model.name!r} "
+                              f"with {model.n_layers} (split layers); use cost=analytic or cost=profiled")
+        return costs
     cost_cfg = cfg.cost if str(OmegaConf.select(cfg, "cost.source", default="")) == "profiled" \
         else OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
-    return profiled_costs(cost_cfg, model, sim_cluster), sim_cluster
+    return profiled_costs(cost_cfg, model, cluster)
 
 
 def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int, iterations: int,
@@ -150,12 +198,20 @@ def run(cfg, out_dir: Path) -> dict:
     model = choose_model(cfg, console)
     costs, sim_cluster = _costs(cfg, model, compute, int(cfg.pp))
     plans = _plans(cfg, model, costs, sim_cluster)
-    calibration = None
-    if compute == "real":
-        calibration = _calibration(cfg, model, costs, plans[0], dispatch, warmup, iterations, console)
+    inputs: dict = {}       # per model the plans run (split layers or not): (costs, calibration)
     rows, per = [], {}
     for plan in plans:
-        c = compare(model, plan, costs, sim_cluster, calibration=calibration, compute=compute, dispatch=dispatch,
+        run_model = plan_model(model, plan)
+        if run_model not in inputs:
+            run_costs = costs if run_model is model else _cost_table(cfg, run_model, compute, sim_cluster)
+            if run_model is not model:
+                console.print(f"plan {plan.table.name}: layers split as meta shards={plan.meta['shards']} "
+                              f"({model.n_layers} -> {run_model.n_layers} layers)")
+            cal = _calibration(cfg, run_model, run_costs, plan, dispatch, warmup, iterations, console) \
+                if compute == "real" else None
+            inputs[run_model] = (run_costs, cal)
+        run_costs, calibration = inputs[run_model]
+        c = compare(run_model, plan, run_costs, sim_cluster, calibration=calibration, compute=compute, dispatch=dispatch,
                     iterations=iterations, warmup=warmup, seed=int(cfg.get("seed", 0)),
                     lr=float(_opt(cfg, "lr", 0.0)), grad_check=bool(_opt(cfg, "grad_check", True)),
                     step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
@@ -184,8 +240,11 @@ def run(cfg, out_dir: Path) -> dict:
                   f"{100 * c.fidelity_error:.1f}%", prof, *replay, g)
     console.print(t)
     first = rows[0]
+    calibration = inputs[plan_model(model, plans[0])][1]
+    shards = plans[0].meta.get("shards")
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     return {"model": model.name, "compute": compute, "dispatch": dispatch, "backend": backend,
+            "split_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
             "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
             "measured_iteration_s": first.measured_iteration_s,
             "simulated_iteration_s": first.simulated_iteration_s,

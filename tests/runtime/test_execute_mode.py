@@ -55,3 +55,34 @@ def test_emulated_eight_ranks_track_the_simulator():
     assert c.fidelity_error < 0.35, c.summary()
     trace = chrome_trace(c.result.events)
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(n))
+
+
+def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
+    """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
+    mode=execute runs the split model and its gradients pass the check."""
+    from omegaconf import OmegaConf
+
+    from octopipe.model.build import build_model
+    from octopipe.model.shard import shard_model
+    from octopipe.run import CONF_DIR
+    from octopipe.schedule.plan_io import save_plan
+    model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
+    counts = {11: 3, 2: 2}
+    sharded = shard_model(model, counts)
+    table = build_schedule("1f1b", 2, 2)
+    plan = Plan(((0, 13), (13, sharded.n_layers)), table, model.name, "",
+                {"shards": {str(k): v for k, v in counts.items()}})      # cuts inside the head
+    save_plan(plan, tmp_path / "plan.json")
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
+         "runtime.model=tiny_hybrid", f"schedule.file={tmp_path / 'plan.json'}", "runtime.iterations=1",
+         "runtime.warmup=0", "runtime.calibrate=false", "cost=profiled", "cost.repeats=1",
+         "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"],
+        capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["split_layers"] == {"11": 3, "2": 2}
+    assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0
+    saved = json.loads((out / "plan.json").read_text())
+    assert saved["meta"]["shards"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15

@@ -1,0 +1,243 @@
+"""Pieces of a split layer (`octopipe.model.shard`) as modules, and the weight map between a
+whole layer and its pieces.
+
+A piece that is not the last returns the carry `shard.carry_width` wide; the next piece unpacks
+it, so the pipeline sends one tensor between pieces as between layers and autograd carries the
+gradient back through it: the chain computes the whole layer's output (or loss) and every
+gradient, only the order of some floating-point additions differs.
+
+- HeadPiece: piece 0 normalizes the last seq_len positions; each piece folds its vocabulary
+  slice's logits into a running log-sum-exp and picks the target's logit when the target lies in
+  its slice; the last returns mean(lse - target logit), the cross-entropy of `io.Head`.
+- MLPPiece: piece 0 normalizes and adds its FFN slice to the residual (with the down projection's
+  bias); the others add theirs.
+- MoEPiece: piece 0 normalizes, routes (softmax over all experts, renormalized top-k, scattered
+  into a dense gate vector) and runs the shared experts; each piece runs its experts on the tokens
+  whose gate for them is set, weighted by it.
+
+Weights: `piece_source` says where each piece parameter lives in the whole layer, `load_pieces`
+copies a whole layer into its pieces and `shard_state_dict` converts a whole model's state (or
+gradients) to the names of its sharded form.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, NamedTuple, Sequence
+
+import torch
+from torch import nn
+
+from octopipe.errors import ConfigError
+from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.shard import is_first, is_last, shard_span
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.layers.mlp import FeedForward
+
+
+class _Piece(nn.Module):
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__()
+        if spec.shards < 2:
+            raise ValueError(f"layer {spec.label}: shards={spec.shards}; a piece needs shards >= 2")
+        self.spec = spec
+        self.lo, self.hi = shard_span(spec)
+        self.first, self.last = is_first(spec), is_last(spec)
+
+
+class HeadPiece(_Piece):
+    """Vocabulary slice [lo, hi) of the LM head; carry (norm output, lse, target logit)."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__(spec)
+        self.norm = nn.RMSNorm(spec.hidden) if self.first else None
+        self.proj = nn.Linear(spec.hidden, self.hi - self.lo, bias=False)
+
+    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
+        targets = batch["targets"]
+        h = self.spec.hidden
+        if self.first:
+            n = self.norm(x[:, -targets.shape[1]:])
+        else:
+            n, lse, picked = x[..., :h], x[..., h].float(), x[..., h + 1].float()
+        logits = self.proj(n).float()
+        inside = (targets >= self.lo) & (targets < self.hi)
+        local = (targets - self.lo).clamp(0, self.hi - self.lo - 1)
+        mine = torch.where(inside, logits.gather(-1, local[..., None]).squeeze(-1), 0.0)
+        part = torch.logsumexp(logits, dim=-1)
+        if self.first:
+            lse, picked = part, mine
+        else:
+            lse, picked = torch.logaddexp(lse, part), picked + mine
+        if self.last:
+            return (lse - picked).mean()
+        return torch.cat([n, lse[..., None].to(n.dtype), picked[..., None].to(n.dtype)], dim=-1)
+
+
+class MLPPiece(_Piece):
+    """FFN columns [lo, hi) of a pre-norm residual MLP; carry (residual sum, norm output)."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__(spec)
+        f = self.hi - self.lo
+        self.norm = nn.RMSNorm(spec.hidden) if self.first else None
+        self.ffn = FeedForward(spec.hidden, f, spec.hidden, spec.activation, spec.bias)
+        if spec.bias and not self.first:        # the down projection's bias is added once, by piece 0
+            self.ffn.down = nn.Linear(f, spec.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
+        h = self.spec.hidden
+        if self.first:
+            n = self.norm(x)
+            r = x + self.ffn(n)
+        else:
+            r, n = x[..., :h], x[..., h:]
+            r = r + self.ffn(n)
+        return r if self.last else torch.cat([r, n], dim=-1)
+
+
+class MoEPiece(_Piece):
+    """Experts [lo, hi) of a pre-norm residual MoE; carry (residual sum, norm output, gates)."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__(spec)
+        self.top_k = spec.top_k
+        self.norm = nn.RMSNorm(spec.hidden) if self.first else None
+        self.router = nn.Linear(spec.hidden, spec.experts, bias=False) if self.first else None
+        self.experts = nn.ModuleList(FeedForward(spec.hidden, spec.expert_ffn, spec.hidden, spec.activation)
+                                     for _ in range(self.lo, self.hi))
+        shared = spec.shared_experts * (spec.shared_ffn or spec.expert_ffn)
+        self.shared = FeedForward(spec.hidden, shared, spec.hidden, spec.activation) \
+            if shared and self.first else None
+
+    def _route(self, flat: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(self.router(flat), dim=-1)
+        weight, chosen = probs.topk(self.top_k, dim=-1)
+        weight = weight / weight.sum(-1, keepdim=True)
+        return torch.zeros_like(probs).scatter(1, chosen, weight)
+
+    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
+        h, n_exp = self.spec.hidden, self.spec.experts
+        if self.first:
+            r, n = x, self.norm(x)
+            gates = self._route(n.reshape(-1, h))
+        else:
+            r, n, gates = x[..., :h], x[..., h:2 * h], x[..., 2 * h:].reshape(-1, n_exp)
+        flat = n.reshape(-1, h)
+        out = torch.zeros_like(flat)
+        for e, expert in zip(range(self.lo, self.hi), self.experts):
+            token = gates[:, e].nonzero(as_tuple=True)[0]
+            if token.numel():
+                out = out.index_add(0, token, expert(flat[token]) * gates[token, e, None])
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        r = r + out.view_as(r)
+        return r if self.last else torch.cat([r, n, gates.view(*r.shape[:-1], n_exp)], dim=-1)
+
+
+PIECES: dict[LayerKind, type[_Piece]] = {LayerKind.HEAD: HeadPiece, LayerKind.MLP: MLPPiece,
+                                         LayerKind.MOE: MoEPiece}
+
+
+def build_piece(spec: LayerSpec) -> nn.Module:
+    """The module of piece `spec.shard` of `spec.shards` (freshly initialized; see `load_pieces`)."""
+    if spec.kind not in PIECES:
+        raise ValueError(f"layer {spec.label}: {spec.kind.value} layers do not split")
+    return PIECES[spec.kind](spec)
+
+
+def whole_spec(spec: LayerSpec) -> LayerSpec:
+    """The shape of the layer a piece was cut from."""
+    return replace(spec, shard=0, shards=1)
+
+
+class Source(NamedTuple):
+    """Where a piece's parameter lives in the whole layer: that parameter's `name`, and (`dim`,
+    `index`, `size`) = the indices along `dim`, whose whole size is `size` (None: all of it)."""
+
+    name: str
+    dim: int = 0
+    index: torch.Tensor | None = None
+    size: int = 0
+
+
+def piece_source(spec: LayerSpec, name: str) -> Source:
+    """Where parameter `name` of piece `spec` lives in the whole layer."""
+    lo, hi = shard_span(spec)
+    span = torch.arange(lo, hi)
+    if spec.kind is LayerKind.HEAD and name == "proj.weight":
+        return Source(name, 0, span, spec.vocab)
+    if spec.kind is LayerKind.MLP and name.startswith("ffn.up."):
+        if spec.activation == "swiglu":            # gate rows, then up rows (FeedForward's chunk(2))
+            return Source(name, 0, torch.cat([span, span + spec.ffn]), 2 * spec.ffn)
+        return Source(name, 0, span, spec.ffn)
+    if spec.kind is LayerKind.MLP and name == "ffn.down.weight":
+        return Source(name, 1, span, spec.ffn)
+    if spec.kind is LayerKind.MOE and name.startswith("experts."):
+        _, i, rest = name.split(".", 2)
+        return Source(f"experts.{lo + int(i)}.{rest}")
+    return Source(name)
+
+
+def piece_tensors(spec: LayerSpec, names: Sequence[str], whole: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The slices of the whole layer's tensors `whole` (weights or their gradients, by the whole
+    layer's parameter names) that piece `spec`'s parameters `names` hold."""
+    out = {}
+    for name in names:
+        src = piece_source(spec, name)
+        if src.name not in whole:
+            raise KeyError(f"piece {spec.label}: parameter {name} comes from {src.name}, "
+                           "absent from the whole layer")
+        t = whole[src.name]
+        if src.index is None:
+            out[name] = t
+            continue
+        if t.shape[src.dim] != src.size:
+            raise ValueError(f"piece {spec.label}: {src.name} of the whole layer has shape {tuple(t.shape)}; "
+                             f"dimension {src.dim} should be {src.size}")
+        out[name] = t.index_select(src.dim, src.index.to(t.device))
+    return out
+
+
+@torch.no_grad()
+def load_pieces(whole: nn.Module, pieces: Sequence[nn.Module]) -> None:
+    """Copy a whole layer's weights into its pieces (each a HeadPiece, MLPPiece or MoEPiece):
+    slices of the split dimension, and the norm, router, shared experts and down-projection bias
+    into piece 0."""
+    src = dict(whole.named_parameters())
+    for piece in pieces:
+        params = dict(piece.named_parameters())
+        for name, t in piece_tensors(piece.spec, list(params), src).items():
+            if params[name].shape != t.shape:
+                raise ValueError(f"piece {piece.spec.label}: {name} has shape {tuple(params[name].shape)} "
+                                 f"but its slice of the whole layer has {tuple(t.shape)}")
+            params[name].copy_(t)
+
+
+def origins(model: ModelSpec) -> list[int]:
+    """`out[j]` = the index, in the unsharded model, of the layer that layer j belongs to."""
+    out, i = [], -1
+    for x in model.layers:
+        i += x.shard == 0
+        out.append(i)
+    return out
+
+
+def shard_state_dict(model: ModelSpec, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A whole model's tensors named `layers.<index>.<param>` (a StageModule's state or
+    gradients) converted to the names and slices of the sharded `model` (`shard_model`'s output)."""
+    out: dict[str, torch.Tensor] = {}
+    by_layer: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in state.items():
+        head, index, rest = key.split(".", 2)
+        if head != "layers":
+            raise ConfigError(f"state key {key!r}: expected layers.<index>.<parameter>")
+        by_layer.setdefault(int(index), {})[rest] = t
+    for j, (x, o) in enumerate(zip(model.layers, origins(model))):
+        whole = by_layer.get(o, {})
+        if x.shards == 1:
+            out.update({f"layers.{j}.{k}": t for k, t in whole.items()})
+            continue
+        with torch.device("meta"):
+            names = [n for n, _ in build_piece(x).named_parameters()]
+        out.update({f"layers.{j}.{k}": t for k, t in piece_tensors(x, names, whole).items()})
+    return out
