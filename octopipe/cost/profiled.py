@@ -1,17 +1,19 @@
 """`cost=profiled`: F, I and W seconds of each layer measured on this machine's device.
 
-Each distinct layer (kind, shape, sequence, micro-batch size, device, threads, torch version)
-is timed once with its real runtime module, the same way the runtime runs it: F is the forward,
-I the input gradient with the graph kept, W the parameter gradients from what I kept; the
-median (or `statistic`) of `repeats` runs after `warmup` is cached as JSON under `cache_dir`, so the planner can
-plan for the machine it runs on without re-measuring. Memory, parameter and FLOP columns come
-from the analytic model; message sizes are the runtime's real fp32 activations.
+Each distinct layer (kind, shape, the shape it receives, sequence, micro-batch size, device,
+threads, torch version; each piece of a split layer is a layer of its own) is timed once with
+its real runtime module, the same way the runtime runs it: F is the forward, I the input
+gradient with the graph kept, W the parameter gradients from what I kept; the median (or
+`statistic`) of `repeats` runs after `warmup` is cached as JSON under `cache_dir`, so the
+planner can plan for the machine it runs on without re-measuring. Memory, parameter and FLOP
+columns come from the analytic model; message sizes are the runtime's real fp32 activations.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +46,15 @@ def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: i
     runtime runs them; `statistic` (median, q25, min) of `repeats` runs."""
     from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
-    from octopipe.runtime.layers import build_layer, carry_shape
+    from octopipe.runtime.layers import build_layer
     from octopipe.runtime.stage import microbatch
     layer = build_layer(model, index).to(device)
     batch = {k: v.to(device) for k, v in microbatch(model, 0, 0, 0).items()}
-    shape_in = carry_shape(model, index - 1) if index > 0 else None
+    x_in = layer_input(model, index, device)
     params = [p for p in layer.parameters() if p.requires_grad]
     samples: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
     for r in range(warmup + repeats):
-        x = None if shape_in is None else torch.randn(shape_in, device=device, requires_grad=True)
+        x = None if x_in is None else x_in.detach().clone().requires_grad_(True)
         clock = [time.perf_counter()]
 
         def tick() -> None:
@@ -82,10 +84,30 @@ def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: i
     return {k: float(np.percentile(v, STATISTICS[statistic])) for k, v in samples.items()}
 
 
+def layer_input(model: ModelSpec, index: int, device: torch.device) -> torch.Tensor | None:
+    """What layer `index` is timed on: random activations of its input shape (None for the
+    first layer), except that a piece after the first of a split layer gets the carry its
+    preceding pieces compute from such activations (an MoE piece must see top-k gates, whose
+    zeros decide the tokens its experts run on, not noise)."""
+    from octopipe.runtime.layers import build_layer, carry_shape
+    from octopipe.runtime.stage import microbatch
+    start = index - model.layers[index].shard
+    gen = torch.Generator().manual_seed(index)
+    x = torch.randn(carry_shape(model, start - 1), generator=gen) if start > 0 else None
+    if start < index:
+        batch = microbatch(model, 0, 0, 0)
+        with torch.no_grad():
+            for j in range(start, index):
+                x = build_layer(model, j)(x, batch)
+    return None if x is None else x.to(device)
+
+
 def _key(model: ModelSpec, index: int, device: str, threads: int, statistic: str) -> str:
-    spec = model.layers[index]
-    prev = model.layers[index - 1] if index else None
-    text = repr((spec, prev and (prev.kind, prev.hidden), model.seq_len, model.micro_batch_size,
+    """The layer's shape (its spec without the name, the shape it receives) and the conditions."""
+    from octopipe.runtime.layers import carry_shape
+    spec = replace(model.layers[index], name="")
+    shape_in = carry_shape(model, index - 1) if index else None
+    text = repr((spec, shape_in, model.seq_len, model.micro_batch_size,
                  model.vocab, device, threads, statistic, torch.__version__))
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
