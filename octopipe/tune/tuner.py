@@ -31,7 +31,7 @@ from octopipe.tune.search import SearchConfig, search
 from octopipe.tune.split import LayerSplitter, map_sizes
 
 
-JOINT_ILP_MAX_CELLS = 2048
+JOINT_ILP_MAX_CELLS = 1024
 
 
 @dataclass(frozen=True)

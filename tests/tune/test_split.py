@@ -1,0 +1,63 @@
+"""The tuner's layer-splitting lever: split costs, mapped starting points, split plans that the
+simulator and plan files agree on, and a head-bound case that only splitting can balance."""
+import numpy as np
+import pytest
+
+from octopipe.cost.table import CostTable
+from octopipe.schedule.plan_io import load_plan, save_plan
+from octopipe.sim.simulator import simulate
+from octopipe.tune import tune
+from octopipe.tune.split import map_sizes, row_splitter, split_rows
+
+from .helpers import free_cluster
+
+CFG = {"time_budget_s": 20, "max_iters": 30, "patience": 10, "ilp": False}
+
+
+def head_heavy(n=9, head=8.0):
+    """Equal layers and a last 'head' row `head` times heavier."""
+    f = np.ones(n)
+    f[-1] = head
+    f = f[:, None] * 1e-3
+    return CostTable(tuple(f"l{j}" for j in range(n)), ("dev",), f, f, f, np.full(n, 2**20),
+                     np.full(n, 2**20), np.full(n, 2**16), np.ones(n), w_act_bytes=np.full(n, 2**19),
+                     flops=np.ones(n), tokens_per_microbatch=1024)
+
+
+def test_split_rows_divides_evenly_and_carries_between_pieces():
+    c = head_heavy()
+    s = split_rows(c, {8: 4, 2: 2})
+    assert s.n_layers == c.n_layers + 3 + 1
+    for name in ("f", "i", "w", "act_bytes", "static_bytes", "params", "w_act_bytes", "flops"):
+        assert np.asarray(getattr(s, name)).sum() == pytest.approx(np.asarray(getattr(c, name)).sum())
+    assert s.layer_names[2:4] == ("l2[0/2]", "l2[1/2]")
+    assert s.out_bytes[2] == 2 * c.out_bytes[2] and s.out_bytes[3] == c.out_bytes[2]
+    assert map_sizes((3, 3, 3), {8: 4, 2: 2}) == (4, 3, 6)
+
+
+def test_tuner_splits_a_head_that_bounds_every_whole_layer_plan():
+    costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=0.0, bandwidth=1e15)
+    whole = tune(costs, cl, 4, 16, tuner_cfg={**CFG, "split_layers": "off"}, baselines=False)
+    split = tune(costs, cl, 4, 16, tuner_cfg=CFG, baselines=False,
+                 splitter=row_splitter(costs, [False] * 8 + [True]))
+    # whole layers: the head's device owes 16 x 24 ms at least; total work / 4 = 16 x 12 ms
+    assert whole.makespan_s >= 16 * 24e-3
+    assert whole.split_counts == {} and "shards" not in whole.plan.meta
+    assert split.plan.meta["shards"] == split.split_counts and split.split_counts[8] >= 2
+    assert split.makespan_s < 0.8 * whole.makespan_s
+    assert split.lower_bound_s == whole.lower_bound_s
+    assert split.makespan_s >= split.lower_bound_s
+
+
+def test_split_plan_round_trips_and_resimulates(tmp_path):
+    costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=1e-5, bandwidth=50e9)
+    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, splitter=row_splitter(costs, [False] * 8 + [True]))
+    assert res.costs.n_layers == res.plan.n_layers
+    save_plan(res.plan, tmp_path / "plan.json", tmp_path / "plan.csv")
+    back = load_plan(tmp_path / "plan.json")
+    assert {int(k): v for k, v in back.meta.get("shards", {}).items()} == res.split_counts
+    assert simulate(back, res.costs, cl).makespan \
+        == pytest.approx(res.makespan_s, rel=1e-9)
+    for b in res.baselines:
+        if b.feasible:
+            assert res.makespan_s <= b.makespan_s * (1 + 1e-9)
