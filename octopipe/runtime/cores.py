@@ -1,32 +1,51 @@
 """Ranks sharing a CPU's cores: when more ranks (plus other work on the machine) compute at once
 than there are cores, every running action slows down.
 
-Model (processor sharing): an action during which `k` ranks compute on average (itself included),
-on a machine with `cores` cores and `background` cores' worth of other load, lasts
-`base * max(1, (k + background) / cores)`. The simulator times actions with fixed durations, so
-`makespan` finds the fixed point from outside: simulate, measure each action's concurrency in the
-simulated timeline, stretch its duration, simulate again (damped, a few rounds).
+Model (processor sharing): an action during which `k` ranks of its core group compute on average
+(itself included), on a group of `cores` cores with `background` cores' worth of other load, lasts
+`base * max(1, (k + background) / cores)`. Unpinned ranks form one group over all the machine's
+cores. Pinned ranks (`pin_map`: rank r on core r mod cores) form one group per core, of one core:
+4 ranks on 2 cores then share pairwise, ranks 0 and 2 on one core and 1 and 3 on the other, and
+an idle rank gives its core to its partner only. The simulator times actions with fixed
+durations, so `makespan` finds the fixed point from outside: simulate, measure each action's
+concurrency in its group in the simulated timeline, stretch its duration, simulate again
+(damped, a few rounds).
 """
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 import numpy as np
 
 
 def available_cores() -> int:
     """Cores this process may run on."""
+    return len(core_ids())
+
+
+def core_ids() -> list[int]:
+    """The ids of the cores this process may run on, ascending."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:      # not on Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
 
 
-def concurrency(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval, the mean number of intervals (itself included) running during it."""
+def pin_map(n_ranks: int, cores: Sequence[int]) -> tuple[int, ...]:
+    """The core of each rank when `n_ranks` ranks are pinned round-robin onto `cores`."""
+    return tuple(cores[r % len(cores)] for r in range(n_ranks))
+
+
+def concurrency(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
+    """For each interval, the mean number of intervals (itself included) running during it; with
+    `group`, only intervals of its own group count."""
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     overlap = np.clip(np.minimum(end[:, None], end[None, :]) - np.maximum(start[:, None], start[None, :]),
                       0.0, None)
+    if group is not None:
+        group = np.asarray(group)
+        overlap = np.where(group[:, None] == group[None, :], overlap, 0.0)
     length = end - start
     return np.divide(overlap.sum(axis=1), length, out=np.ones(len(start)), where=length > 0)
 
@@ -55,15 +74,22 @@ def fit_background(groups: np.ndarray, k: np.ndarray, seconds: np.ndarray, cores
 
 
 def makespan(plan, costs, cluster, dispatch: str, cores: float, background: float,
-             rounds: int = 8) -> float:
-    """The simulated iteration time of `plan` when ranks share `cores` (see the module docstring)."""
+             rounds: int = 8, pinned: Sequence[int] | None = None) -> float:
+    """The simulated iteration time of `plan` when ranks share `cores` (see the module docstring);
+    with `pinned` (each rank's core), ranks share only the core they are pinned to."""
     from octopipe.sim import Simulator
     sim = Simulator(plan, costs, cluster)
     base = sim.durations.compute
     dur = base.copy()
     res = sim.run(sim.durations.scaled(compute=dur), policy=dispatch, semantics="eager")
+    group, per_group = None, cores
+    if pinned is not None:
+        device = np.zeros(len(base), dtype=int)
+        for d, ids in enumerate(res.order):
+            device[np.asarray(ids, dtype=int)] = d
+        group, per_group = np.asarray(pinned)[device], 1.0
     for _ in range(rounds):
-        target = base * stretch(concurrency(res.start, res.end), cores, background)
+        target = base * stretch(concurrency(res.start, res.end, group), per_group, background)
         dur = 0.5 * dur + 0.5 * target
         res = sim.run(sim.durations.scaled(compute=dur), policy=dispatch, semantics="eager")
     return float(res.makespan)

@@ -31,20 +31,23 @@ from octopipe.schedule.table import ScheduleTable
 KINDS = ("F", "I", "W", "B")
 
 
-def calibration_table(n: int, m: int, base: str = "1f1b") -> ScheduleTable:
-    """The named `base` schedule (one stage per rank) on `n` ranks and `m` micro-batches (m >= 2)
-    with its backward kept whole (B) for even micro-batches and split for odd ones, I then W at
-    once: every stage runs all four kinds, in the steady state other schedules run in."""
+def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1) -> ScheduleTable:
+    """The named `base` schedule on `n` ranks and `m` micro-batches (m >= 2), `chunks` stages per
+    rank (chunks > 1: looped placement, base "interleaved"), with its backward kept whole (B)
+    for even micro-batches and split for odd ones, I then W at once: every stage runs all four
+    kinds, in the steady state other schedules run in."""
     from octopipe.errors import ConfigError
     from octopipe.schedule.library import build_schedule
     if m < 2:
         raise ConfigError(f"microbatches={m}: the calibration run needs at least 2 micro-batches "
                           "(one full backward and one split backward per stage)")
-    table = build_schedule(base, n, m).compute_only()
-    if table.n_stages != n or any(a.kind in (ActionKind.I, ActionKind.W) for row in table.rows
-                                  for a in row if a is not None):
-        raise ConfigError(f"calibration base {base!r}: choose a schedule with one stage per rank and "
-                          "full backwards (gpipe, 1f1b)")
+    if chunks > 1 and base in ("1f1b", "gpipe"):
+        base = "interleaved"
+    table = build_schedule(base, n, m, chunks if chunks > 1 else None).compute_only()
+    if table.n_stages != n * chunks or any(a.kind in (ActionKind.I, ActionKind.W) for row in table.rows
+                                           for a in row if a is not None):
+        raise ConfigError(f"calibration base {base!r}: choose a schedule with {chunks} stage(s) per rank "
+                          "and full backwards (gpipe, 1f1b, interleaved)")
     rows = []
     for row in table.rows:
         out = []
@@ -54,34 +57,39 @@ def calibration_table(n: int, m: int, base: str = "1f1b") -> ScheduleTable:
             elif a is not None:
                 out.append(a)
         rows.append(tuple(out))
-    return ScheduleTable(tuple(rows), table.placement, m, f"calibration-{base}")
+    name = f"calibration-{base}" + (f"-x{chunks}" if chunks > 1 else "")
+    return ScheduleTable(tuple(rows), table.placement, m, name)
 
 
-def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int]) -> tuple[np.ndarray, ...]:
-    """(stage, kind index in KINDS, start, end) arrays of every compute action in `iterations` of
-    runtime traces (`ExecutionResult.events`: per rank, dicts with it/action/start/end; the
-    events of several launches may be pooled, their clocks never overlap)."""
+def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int],
+                   world: int | None = None) -> tuple[np.ndarray, ...]:
+    """(stage, kind index in KINDS, start, end, rank) arrays of every compute action in
+    `iterations` of runtime traces (`ExecutionResult.events`: per rank, dicts with
+    it/action/start/end). The traces of several launches of `world` ranks may be pooled, one
+    launch after another (their clocks never overlap); trace j is then rank j mod `world`."""
     its = set(iterations)
+    world = world or max(len(events), 1)
     rows = []
-    for rank_events in events:
+    for j, rank_events in enumerate(events):
         for e in rank_events:
             if "action" in e and e["it"] in its:
                 a = Action.parse(e["action"])
-                rows.append((a.stage, KINDS.index(a.kind.name), e["start"], e["end"]))
-    arr = np.array(rows, dtype=np.float64).reshape(-1, 4)
-    return arr[:, 0].astype(int), arr[:, 1].astype(int), arr[:, 2], arr[:, 3]
+                rows.append((a.stage, KINDS.index(a.kind.name), e["start"], e["end"], j % world))
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 5)
+    return arr[:, 0].astype(int), arr[:, 1].astype(int), arr[:, 2], arr[:, 3], arr[:, 4].astype(int)
 
 
 def stage_times(events: Sequence[Sequence[dict]], n_stages: int, iterations: Iterable[int],
-                cores: float | None = None, background: float = 0.0) -> dict[int, dict[str, float]]:
+                cores: float | None = None, background: float = 0.0,
+                pinned: Sequence[int] | None = None) -> dict[int, dict[str, float]]:
     """Median seconds of each stage's F, I, W and B actions in `iterations` of runtime traces;
     with `cores`, each duration is first divided by its `cores.stretch` (the time it would take
-    with a core to itself). Kinds a stage never ran are absent."""
-    from octopipe.runtime.cores import concurrency, stretch
-    stage, kind, start, end = action_samples(events, iterations)
+    with a core to itself); with `pinned` (each rank's core), concurrency counts only the ranks
+    on the action's core, each core a group of one. Kinds a stage never ran are absent."""
+    stage, kind, start, end, rank = action_samples(events, iterations, len(pinned) if pinned else None)
     seconds = end - start
     if cores is not None and len(seconds):
-        seconds = seconds / stretch(concurrency(start, end), cores, background)
+        seconds = seconds / _stretch(start, end, rank, cores, background, pinned)
     out: dict[int, dict[str, float]] = {s: {} for s in range(n_stages)}
     for s in range(n_stages):
         for ki, k in enumerate(KINDS):
@@ -89,6 +97,16 @@ def stage_times(events: Sequence[Sequence[dict]], n_stages: int, iterations: Ite
             if len(sel):
                 out[s][k] = float(np.median(sel))
     return out
+
+
+def _concurrency(start, end, rank, pinned: Sequence[int] | None) -> np.ndarray:
+    from octopipe.runtime.cores import concurrency
+    return concurrency(start, end, None if pinned is None else np.asarray(pinned)[rank])
+
+
+def _stretch(start, end, rank, cores: float, background: float, pinned: Sequence[int] | None) -> np.ndarray:
+    from octopipe.runtime.cores import stretch
+    return stretch(_concurrency(start, end, rank, pinned), 1.0 if pinned else cores, background)
 
 
 def _spread(observed: float, shape: np.ndarray) -> np.ndarray:
@@ -111,6 +129,7 @@ class Calibration:
     partition: tuple[tuple[int, int], ...] = ()
     cores: float | None = None     # None: the times as observed; else per-core times (`cores.py`)
     background: float = 0.0
+    pinned: tuple[int, ...] | None = None   # each rank's core when ranks are pinned
 
     def predict(self, plan, base: CostTable, cluster, dispatch: str) -> float:
         """Simulated iteration time of `plan` from these costs (and, with `cores`, shared cores)."""
@@ -119,7 +138,9 @@ class Calibration:
         costs = self.costs_for(plan.table, base, plan.partition)
         if self.cores is None:
             return float(simulate(plan, costs, cluster, policy=dispatch, semantics="eager").makespan)
-        return makespan(plan, costs, cluster, dispatch, self.cores, self.background)
+        pinned = None if self.pinned is None else [self.pinned[d % len(self.pinned)]
+                                                   for d in range(plan.table.n_devices)]
+        return makespan(plan, costs, cluster, dispatch, self.cores, self.background, pinned=pinned)
 
     def costs_for(self, table: ScheduleTable, base: CostTable,
                   partition: Sequence[tuple[int, int]] | None = None) -> CostTable:
@@ -144,12 +165,13 @@ class Calibration:
 
     def summary(self) -> dict:
         return {"partition": [list(p) for p in self.partition], "cores": self.cores,
-                "background_load": self.background,
+                "background_load": self.background, "pinned": self.pinned,
                 "observed_stage_s": {str(s): d for s, d in self.observed.items()}}
 
 
 def fit(observed: dict[int, dict[str, float]], partition: Sequence[tuple[int, int]],
-        base: CostTable, column: int = 0, cores: float | None = None, background: float = 0.0) -> Calibration:
+        base: CostTable, column: int = 0, cores: float | None = None, background: float = 0.0,
+        pinned: Sequence[int] | None = None) -> Calibration:
     """Per-layer times whose stage sums over `partition` equal the `observed` stage medians, each
     stage's layers keeping `base`'s (profiled) proportions. A stage missing B takes B = I + W;
     one missing I or W takes them from B in the profile's I:W proportion."""
@@ -176,37 +198,44 @@ def fit(observed: dict[int, dict[str, float]], partition: Sequence[tuple[int, in
             out["I"][lo:hi] = _spread(b_obs * frac_i, pi)
             out["W"][lo:hi] = _spread(b_obs * (1 - frac_i), pw)
     return Calibration(out["F"], out["I"], out["W"], out["B"], observed,
-                       tuple((int(a), int(b)) for a, b in partition), cores, background)
+                       tuple((int(a), int(b)) for a, b in partition), cores, background,
+                       None if pinned is None else tuple(int(c) for c in pinned))
 
 
 def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int]], base: CostTable,
-            iterations: Iterable[int], cores: float | None = None) -> Calibration:
+            iterations: Iterable[int], cores: float | None = None,
+            pinned: Sequence[int] | None = None) -> Calibration:
     """`fit` from calibration traces; with `cores`, the background load is fitted first from how
-    the durations of each stage's actions vary with how many ranks computed beside them."""
-    from octopipe.runtime.cores import concurrency, fit_background
+    the durations of each stage's actions vary with how many ranks computed beside them (with
+    `pinned`, each rank's core: beside them on their core)."""
+    from octopipe.runtime.cores import fit_background
     its = list(iterations)
     background = 0.0
     if cores is not None:
-        stage, kind, start, end = action_samples(events, its)
+        stage, kind, start, end, rank = action_samples(events, its, len(pinned) if pinned else None)
         keep = (end - start) > 1e-4          # the first stage's empty I says nothing
-        background = fit_background((stage * len(KINDS) + kind)[keep],
-                                    concurrency(start, end)[keep], (end - start)[keep], cores)
-    observed = stage_times(events, len(partition), its, cores, background)
-    return fit(observed, partition, base, cores=cores, background=background)
+        k = _concurrency(start, end, rank, pinned)
+        background = fit_background((stage * len(KINDS) + kind)[keep], k[keep], (end - start)[keep],
+                                    1.0 if pinned else cores)
+    observed = stage_times(events, len(partition), its, cores, background, pinned)
+    return fit(observed, partition, base, cores=cores, background=background, pinned=pinned)
 
 
 def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict", rounds: int = 1,
               iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
-              timeout_s: float = 300, stall_s: float = 30) -> tuple[Calibration, list]:
+              pinned: Sequence[int] | None = None, timeout_s: float = 300,
+              stall_s: float = 30) -> tuple[Calibration, list]:
     """Run `calibration_table(n, m)` on `n` real ranks (`rounds` separate launches of `warmup` +
     `iterations` iterations) and fit per-layer costs (`fit_run`) from the pooled measured
-    iterations. Returns the calibration and each launch's ExecutionResult."""
+    iterations; `pinned[rank]` pins each rank to that core. Returns the calibration and each
+    launch's ExecutionResult."""
     from octopipe.plan import uniform_partition
     from octopipe.runtime.launch import execute
     table = calibration_table(n, m)
     partition = uniform_partition(model.n_layers, table.n_stages)
     results = [execute(model, partition, table, dispatch=dispatch, compute="real",
-                       iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s)
+                       iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
+                       cpus=None if pinned is None else tuple(pinned))
                for _ in range(rounds)]
     events = [ev for r in results for ev in r.events]
-    return fit_run(events, partition, base, range(warmup, warmup + iterations), cores), results
+    return fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned), results

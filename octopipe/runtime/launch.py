@@ -136,11 +136,13 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
 def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatch: str = "ready_first",
             compute: str = "real", iterations: int = 1, seed: int = 0, lr: float = 0.0,
             durations: dict | None = None, message_elems: dict | None = None, backend: str = "gloo",
-            timeout_s: float = 120.0, stall_s: float = 30.0, fault: Fault | None = None) -> ExecutionResult:
+            timeout_s: float = 120.0, stall_s: float = 30.0, fault: Fault | None = None,
+            cpus: tuple[int, ...] | None = None) -> ExecutionResult:
     """Run `table` with `partition` on one process per device and return what was measured.
 
     `compute="emulated"` needs `durations[stage] = (f, i, w)` seconds and `message_elems[stage]`
     (float32 elements sent after the stage); `compute="real"` builds the model's layers.
+    `cpus[rank]` pins each rank to one core (Linux; None leaves the OS to place them).
     """
     if dispatch not in ("strict", "ready_first"):
         raise ScheduleError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
@@ -152,12 +154,15 @@ def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatc
         raise ScheduleError("compute=emulated needs a modelled (f, i, w) duration for every stage")
     compute_table = check_job(model, partition, table)
     world = table.n_devices
+    if cpus is not None and len(cpus) != world:
+        raise ScheduleError(f"cpus lists {len(cpus)} cores but the table has {world} ranks; give one core per rank")
     ctx = _context()
     control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
         job = RankJob(model, tuple(tuple(p) for p in partition), compute_table, world,
                       f"tcp://127.0.0.1:{free_port()}", backend, dispatch, compute, iterations, seed, lr,
-                      dict(durations or {}), dict(message_elems or {}), tmp, fault)
+                      dict(durations or {}), dict(message_elems or {}), tmp, fault,
+                      cpus=tuple(cpus or ()))
         procs = [ctx.Process(target=rank_main, args=(r, job, control), name=f"octopipe-rank{r}")
                  for r in range(world)]
         for p in procs:

@@ -57,6 +57,7 @@ class RankJob:
     result_dir: str = ""
     fault: Fault | None = None
     threads: int = 1
+    cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -224,6 +225,8 @@ class Rank:
 def rank_main(rank: int, job: RankJob, control: Control) -> None:
     """Process entry point (torch.multiprocessing.spawn passes the rank first)."""
     torch.set_num_threads(job.threads)
+    if job.cpus:
+        os.sched_setaffinity(0, {job.cpus[rank]})
     try:
         if job.backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())

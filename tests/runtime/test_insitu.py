@@ -9,7 +9,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.calibrate import local_cluster
-from octopipe.runtime.cores import concurrency, fit_background, makespan, stretch
+from octopipe.runtime.cores import concurrency, fit_background, makespan, pin_map, stretch
 from octopipe.runtime.insitu import calibration_table, fit, fit_run, stage_times
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.library import build_schedule
@@ -136,3 +136,53 @@ def test_makespan_with_enough_cores_is_the_plain_simulation_and_shared_cores_slo
     assert makespan(plan, PROFILE, cluster, "strict", cores=8, background=0.0) == pytest.approx(plain)
     shared = makespan(plan, PROFILE, cluster, "strict", cores=2, background=0.0)
     assert plain < shared <= 2.0 * plain * 1.01
+
+
+def test_calibration_table_with_chunks_covers_every_stage_of_a_looped_partition():
+    t = calibration_table(2, 4, chunks=2)
+    validate(t)
+    assert t.n_stages == 4 and t.placement == (0, 1, 0, 1)
+    for s in range(4):
+        kinds = {a.kind for row in t.rows for a in row if a is not None and a.stage == s}
+        assert kinds == {ActionKind.F, ActionKind.B, ActionKind.I, ActionKind.W}
+
+
+def test_pin_map_is_round_robin_over_the_given_cores():
+    assert pin_map(4, [3, 5]) == (3, 5, 3, 5)
+    assert pin_map(2, [0, 1, 2]) == (0, 1)
+
+
+def test_concurrency_counts_only_intervals_of_the_same_group():
+    start, end = np.array([0.0, 0.0, 0.0]), np.array([1.0, 1.0, 1.0])
+    assert np.allclose(concurrency(start, end, np.array([0, 1, 0])), [2.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zbh1", "interleaved"])
+def test_pinned_makespan_one_core_per_rank_is_plain_and_one_core_for_all_is_the_total_work(name):
+    """Ranks on cores of their own run as the plain simulation; all ranks on one core (free
+    links) keep that core busy until the work is done, so the iteration is the sum of all
+    compute (the damped fixed point lands within a few percent)."""
+    table = build_schedule(name, 4, 8)
+    plan = Plan(uniform_partition(N_LAYERS, table.n_stages), table, "synthetic")
+    cluster = local_cluster(4, Link("loop", 1e12, 0.0))
+    plain = simulate(plan, PROFILE, cluster, policy="strict", semantics="eager")
+    total = float(sum(plain.end - plain.start))
+    own = makespan(plan, PROFILE, cluster, "strict", 4, 0.0, pinned=[0, 1, 2, 3])
+    assert own == pytest.approx(plain.makespan)
+    assert makespan(plan, PROFILE, cluster, "strict", 1, 0.0, pinned=[0, 0, 0, 0]) == pytest.approx(total, rel=0.03)
+    pairs = makespan(plan, PROFILE, cluster, "strict", 2, 0.0, pinned=[0, 1, 0, 1])
+    assert max(plain.makespan, total / 2) * 0.99 <= pairs <= total * 1.01
+
+
+def test_fit_run_with_pinned_ranks_divides_out_only_partners_on_the_same_core():
+    """Two launches pooled: the twin copy of each rank shares its core only when pinned alike."""
+    partition = uniform_partition(N_LAYERS, 2)
+    true = {k: getattr(PROFILE, k)[:, 0] for k in "fiw"}
+    true["b"] = true["i"] + true["w"]
+    events = synthetic_events(calibration_table(2, 4), partition, true, factor=2.0)
+    # ranks 0, 1 and their twins 2, 3 (pinned 4 ranks -> 2 cores: 0 and 2 share, 1 and 3 share)
+    twins = events + [[dict(e) for e in rank] for rank in events]
+    shared = fit_run(twins, partition, PROFILE, [0, 1], cores=2, pinned=[0, 1, 0, 1])
+    assert shared.background == 0.0 and np.allclose(shared.f, true["f"]) and shared.pinned == (0, 1, 0, 1)
+    apart = fit_run(twins, partition, PROFILE, [0, 1], cores=4, pinned=[0, 1, 2, 3])
+    assert np.allclose(apart.f, 2 * true["f"])

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from octopipe.plan import Plan, uniform_partition
+from octopipe.runtime.bench.ranking import judge, spearman, spread
 from octopipe.runtime.fidelity import Comparison, compare, launch, summarise
 from octopipe.schedule.library import build_schedule
 
@@ -32,43 +35,47 @@ EMULATED = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipev")
 REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
 
 
-def _ranking_agrees(rows: list[Comparison]) -> bool:
-    measured = [c.schedule for c in sorted(rows, key=lambda c: c.measured_iteration_s)]
-    simulated = [c.schedule for c in sorted(rows, key=lambda c: c.simulated_iteration_s)]
-    return measured == simulated
-
-
-def _spearman(rows: list[Comparison]) -> float:
-    m = np.argsort(np.argsort([c.measured_iteration_s for c in rows]))
-    s = np.argsort(np.argsort([c.simulated_iteration_s for c in rows]))
-    n = len(rows)
-    return float(1 - 6 * np.sum((m - s) ** 2) / (n * (n * n - 1))) if n > 1 else 1.0
-
-
 def _group(name: str, rows: list[Comparison], extra: dict | None = None) -> dict:
+    names = [c.schedule for c in rows]
+    measured = [c.measured_iteration_s for c in rows]
+    simulated = [c.simulated_iteration_s for c in rows]
+    spreads = [spread(c.measured_samples_s or c.result.iteration_s) for c in rows]
+    verdict = judge(names, measured, [sp.iqr for sp in spreads], simulated)
     errs = [c.fidelity_error for c in rows]
     replay = [c.fidelity_error_replay for c in rows if c.fidelity_error_replay is not None]
     profiled = [c.fidelity_error_profiled for c in rows if c.fidelity_error_profiled is not None]
+    schedules = [{**c.summary(), "measured_q25_s": sp.q25, "measured_q75_s": sp.q75,
+                  "measured_iqr_s": sp.iqr, "measured_samples": sp.n} for c, sp in zip(rows, spreads)]
     out = {"setting": name, "mape": float(np.mean(errs)), "max_error": float(np.max(errs)),
-           "same_ranking": _ranking_agrees(rows), "spearman": _spearman(rows),
-           "schedules": [c.summary() for c in rows], **(extra or {})}
+           "same_ranking": verdict["same_order_all"], "spearman": verdict["spearman_all"],
+           "ranking": verdict, "schedules": schedules, **(extra or {})}
     if replay:
         out["mape_replay"] = float(np.mean(replay))
     if profiled:
         out["mape_profiled"] = float(np.mean(profiled))
         out["max_error_profiled"] = float(np.max(profiled))
-        prof_rank = [c.schedule for c in sorted(rows, key=lambda c: c.simulated_profiled_s)]
-        out["same_ranking_profiled"] = prof_rank == [c.schedule for c in sorted(rows, key=lambda c: c.measured_iteration_s)]
+        out["spearman_profiled"] = spearman(measured, [c.simulated_profiled_s for c in rows])
     print(f"\n{name}")
-    print(f"  {'schedule':12s} {'measured s':>11s} {'simulated s':>12s} {'error':>7s} {'profiled err':>13s} {'replay err':>11s}")
+    print(f"  {'schedule':12s} {'measured s':>10s} {'IQR s':>8s} {'IQR/med':>7s} {'simulated s':>11s} "
+          f"{'error':>6s} {'profiled err':>12s} {'replay err':>10s}")
     pct = lambda e: "-" if e is None else f"{100 * e:.1f}%"
-    for c in rows:
-        print(f"  {c.schedule:12s} {c.measured_iteration_s:11.4f} {c.simulated_iteration_s:12.4f} "
-              f"{100 * c.fidelity_error:6.1f}% {pct(c.fidelity_error_profiled):>13s} {pct(c.fidelity_error_replay):>11s}")
+    for c, sp in zip(rows, spreads):
+        print(f"  {c.schedule:12s} {c.measured_iteration_s:10.4f} {sp.iqr:8.4f} {100 * sp.relative:6.1f}% "
+              f"{c.simulated_iteration_s:11.4f} {100 * c.fidelity_error:5.1f}% "
+              f"{pct(c.fidelity_error_profiled):>12s} {pct(c.fidelity_error_replay):>10s}")
     print(f"  MAPE {100 * out['mape']:.1f}% (max {100 * out['max_error']:.1f}%)"
           + (f", profiled MAPE {100 * out['mape_profiled']:.1f}%" if profiled else "")
-          + (f", replay MAPE {100 * out['mape_replay']:.1f}%" if replay else "")
-          + f"; same ranking: {out['same_ranking']} (Spearman {out['spearman']:.2f})", flush=True)
+          + (f", replay MAPE {100 * out['mape_replay']:.1f}%" if replay else ""))
+    print(f"  ranking: Spearman {verdict['spearman_all']:.2f} over all {len(rows)} "
+          f"(same order: {verdict['same_order_all']}); separated pairs in the same order "
+          f"{verdict['separated_pairs_same_order']}/{verdict['separated_pairs']}, pairs within noise "
+          f"{verdict['noise_pairs_same_order']}/{verdict['noise_pairs']}; largest mutually separated set "
+          f"{verdict['separated_chain']} Spearman {verdict['spearman_separated_chain']:.2f}")
+    for p in verdict["pairs"]:
+        print(f"    {p['a']:>11s} vs {p['b']:<11s} predicted gap {p['predicted_gap_s']:.4f} s, "
+              f"noise {p['noise_s']:.4f} s: {'separated' if p['separated'] else 'within noise'}, "
+              f"{'same order' if p['same_order'] else 'ORDER DIFFERS'}")
+    sys.stdout.flush()
     return out
 
 
@@ -91,50 +98,97 @@ def emulated(model_name: str, cluster_name: str, n: int, m: int, dispatch: str, 
     return _group(f"emulated: {model.name} on {cluster_name}, {n} ranks, {m} micro-batches, {dispatch}", rows)
 
 
+def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float = 10.0) -> dict:
+    """Poll the 1-minute load average until it is below `threshold` (or `max_wait_s` passed), so
+    the measurement runs in a quiet window of the shared machine; returns what was seen."""
+    t0 = time.monotonic()
+    first = os.getloadavg()[0]
+    load = first
+    while load >= threshold and time.monotonic() - t0 < max_wait_s:
+        time.sleep(poll_s)
+        load = os.getloadavg()[0]
+    waited = time.monotonic() - t0
+    print(f"  load: {first:.2f} when asked, {load:.2f} after waiting {waited:.0f} s "
+          f"(threshold {threshold}, {'quiet' if load < threshold else 'NOT quiet: gave up waiting'})", flush=True)
+    return {"load_when_asked": first, "load_at_start": load, "waited_s": waited, "quiet": load < threshold}
+
+
 def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh: bool = True,
-         rounds: int = 3) -> dict:
+         rounds: int = 3, warmup: int = 1, micro_batch_size: int | None = None, pin: bool = True,
+         schedules: tuple[str, ...] = REAL, quiet: dict | None = None) -> dict:
+    """Real compute on `n` ranks: `rounds` rounds, each launching the calibration table and then
+    every schedule once (in a rotated order); each launch runs `warmup` discarded and
+    `iterations` measured iterations. Ranks are pinned round-robin to the cores (`pin`)."""
     from octopipe.cost.profiled import profiled_costs
     from octopipe.model.build import build_model
     from octopipe.run import CONF_DIR
     from octopipe.runtime.calibrate import local_cluster, measure_loopback
-    from octopipe.runtime.cores import available_cores
+    from octopipe.runtime.cores import available_cores, core_ids, pin_map
     from octopipe.runtime.insitu import calibration_table, fit_run
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"))
+    if micro_batch_size:
+        model = replace(model, micro_batch_size=micro_batch_size)
     cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
     cost_cfg = OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
     if fresh:
         cost_cfg.cache_dir = ""    # profile now, under the machine's present load
     costs = profiled_costs(cost_cfg, model, cluster)
-    cal_table = calibration_table(n, m)
-    cal_plan = Plan(uniform_partition(model.n_layers, cal_table.n_stages), cal_table, model.name)
+    pinned = pin_map(n, core_ids()) if pin else None
     plans = []
-    for name in REAL:
+    for name in schedules:
         table = build_schedule(name, n, m)
         plans.append(Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name))
-    runs: dict[str, list] = {p.table.name: [] for p in [cal_plan] + plans}
-    kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=1)
+    # one calibration table per partition the schedules use (same stages, looped placement)
+    cal_plans = {}
+    for p in plans:
+        chunks = p.table.n_stages // n if p.table.n_stages % n == 0 else 1
+        if p.table.n_stages not in cal_plans:
+            cal_table = calibration_table(n, m, chunks=chunks)
+            cal_plans[p.table.n_stages] = Plan(uniform_partition(model.n_layers, cal_table.n_stages),
+                                               cal_table, model.name)
+    runs: dict[str, list] = {p.table.name: [] for p in [*cal_plans.values(), *plans]}
+    kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=warmup)
+    quiet = quiet or {}
+    load_start = os.getloadavg()
+    t0 = time.monotonic()
     for r in range(rounds):
-        order = [cal_plan] + plans[r % len(plans):] + plans[:r % len(plans)]
+        order = [*cal_plans.values()] + plans[r % len(plans):] + plans[:r % len(plans)]
         for plan in order:
-            runs[plan.table.name].append(launch(model, plan, costs, cluster, **kw))
-    measured = list(range(1, 1 + iterations))
-    cal_events = [ev for res in runs[cal_table.name] for ev in res.events]
-    calibration = fit_run(cal_events, cal_plan.partition, costs, measured, available_cores())
-    no_cores = fit_run(cal_events, cal_plan.partition, costs, measured, None)
-    rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibration,
+            runs[plan.table.name].append(launch(model, plan, costs, cluster, cpus=pinned, **kw))
+    load_end = os.getloadavg()
+    elapsed = time.monotonic() - t0
+    measured = list(range(warmup, warmup + iterations))
+    calibrations, plain_fits, cal_rows = {}, {}, []
+    for stages, cal_plan in cal_plans.items():
+        cal_events = [ev for res in runs[cal_plan.table.name] for ev in res.events]
+        calibrations[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, available_cores(), pinned)
+        plain_fits[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, None)
+        cal_rows.append(summarise(model, cal_plan, runs[cal_plan.table.name], costs, cluster,
+                                  calibration=calibrations[stages], grad_check=False, **kw))
+    rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibrations[p.table.n_stages],
                       grad_check=(i == 0), **kw) for i, p in enumerate(plans)]
-    cal_row = summarise(model, cal_plan, runs[cal_table.name], costs, cluster, calibration=calibration,
-                        grad_check=False, **kw)
     plain = []
     for p, c in zip(plans, rows):
-        pred = no_cores.predict(replace(p, table=runs[p.table.name][0].table), costs, cluster, dispatch)
+        pred = plain_fits[p.table.n_stages].predict(replace(p, table=runs[p.table.name][0].table), costs, cluster, dispatch)
         plain.append(abs(pred - c.measured_iteration_s) / c.measured_iteration_s)
-    print(f"  calibration run (not in the error): measured {cal_row.measured_iteration_s:.4f} s, "
-          f"simulated {cal_row.simulated_iteration_s:.4f} s ({100 * cal_row.fidelity_error:.1f}%)")
-    return _group(f"real: {model.name}, {n} ranks, {m} micro-batches, {dispatch}, {rounds} rounds", rows,
-                  {"calibration": {**cal_row.summary(), **calibration.summary()},
+    print(f"  load average (1, 5, 15 min) at start {tuple(round(x, 2) for x in load_start)}, "
+          f"at end {tuple(round(x, 2) for x in load_end)}; {elapsed:.0f} s of launches")
+    for c, (stages, cal) in zip(cal_rows, calibrations.items()):
+        print(f"  calibration run {c.schedule} (not in the error): measured {c.measured_iteration_s:.4f} s, "
+              f"simulated {c.simulated_iteration_s:.4f} s ({100 * c.fidelity_error:.1f}%); "
+              f"fitted background load {cal.background:.3f} cores")
+    print(f"  ranks pinned to cores {list(pinned)}" if pinned else "  ranks not pinned")
+    setting = (f"real: {model.name} (micro-batch {model.micro_batch_size} x {model.seq_len} tokens), "
+               f"{n} ranks on {available_cores()} cores{' pinned' if pinned else ''}, {m} micro-batches, "
+               f"{dispatch}, {rounds} rounds x {iterations} iterations (+{warmup} warm-up)")
+    return _group(setting, rows,
+                  {"ranks": n, "microbatches": m, "micro_batch_size": model.micro_batch_size,
+                   "pinned": list(pinned) if pinned else None, "rounds": rounds, "iterations": iterations,
+                   "warmup": warmup, "load_start": list(load_start), "load_end": list(load_end),
+                   "quiet_wait": quiet, "launch_s": elapsed,
+                   "calibrations": [{**c.summary(), **cal.summary()} for c, cal in zip(cal_rows, calibrations.values())],
                    "mape_calibrated_without_cores": float(np.mean(plain)),
-                   "errors_calibrated_without_cores": dict(zip(REAL, plain))})
+                   "errors_calibrated_without_cores": dict(zip(schedules, plain))})
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -143,10 +197,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-emulated", action="store_true")
     ap.add_argument("--dispatch", default="strict", choices=["strict", "ready_first"])
-    ap.add_argument("--iterations", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3, help="real compute: alternating rounds of launches")
-    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=3, help="measured iterations per launch")
+    ap.add_argument("--warmup", type=int, default=1, help="discarded iterations per launch (real compute)")
+    ap.add_argument("--rounds", type=int, default=6, help="real compute: alternating rounds of launches")
+    ap.add_argument("--microbatches", type=int, default=4, help="real compute: micro-batches per iteration")
+    ap.add_argument("--micro-batch-size", type=int, default=8,
+                    help="real compute: sequences per micro-batch (the preset has 2; more makes compute "
+                         "outweigh the per-action overheads)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="real-compute rank counts")
+    ap.add_argument("--schedules", nargs="+", default=list(REAL), help="real-compute schedules")
+    ap.add_argument("--no-pin", action="store_true", help="leave rank placement on cores to the OS")
+    ap.add_argument("--quiet-load", type=float, default=1.0,
+                    help="real compute: wait until the 1-minute load average is below this")
+    ap.add_argument("--quiet-wait", type=float, default=600, help="seconds to wait for that at most")
     ap.add_argument("--cached-profile", action="store_true",
                     help="reuse the cached layer profile instead of measuring it again first")
     ap.add_argument("--out", default="runs/bench")
@@ -156,9 +219,17 @@ def main(argv: list[str] | None = None) -> dict:
         groups.append(emulated("nemotron_h_8b", "h100_1x8", 8, 16, args.dispatch, args.iterations))
     if not args.skip_real:
         for n in args.ranks:
+            print(f"\nreal compute, {n} ranks:", flush=True)
+            quiet = wait_for_quiet(args.quiet_load, args.quiet_wait)
             groups.append(real("tiny_hybrid", n, args.microbatches, args.dispatch, args.iterations,
-                               not args.cached_profile, args.rounds))
-    doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "groups": groups}
+                               not args.cached_profile, args.rounds, args.warmup, args.micro_batch_size,
+                               not args.no_pin, tuple(args.schedules), quiet))
+    doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "argv": sys.argv[1:] if argv is None else argv,
+           "groups": groups}
+    real_groups = [g for g in groups if g["setting"].startswith("real")]
+    if real_groups:
+        doc["mape_real"] = float(np.mean([s["fidelity_error"] for g in real_groups for s in g["schedules"]]))
+        print(f"\nreal compute, all rank counts: MAPE {100 * doc['mape_real']:.1f}%", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     part = "" if not (args.skip_real or args.skip_emulated) else ("_emulated" if args.skip_real else "_real")
