@@ -76,27 +76,17 @@ def choose_model(cfg: Any, console: Console):
     return model
 
 
-def plan_model(model, plan: Plan):
-    """The model `plan` partitions: `model` with the layers `plan.meta["shards"]` names (original
-    layer index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
-    from octopipe.model.shard import shard_model
-    shards = (plan.meta or {}).get("shards")
-    out = model
-    if shards:
-        try:
-            counts = {int(k): int(v) for k, v in dict(shards).items()}
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"plan meta shards={shards!r}: expected a mapping of original layer index to "
-                              "pieces, e.g. {\"11\": 3}") from e
-        out = shard_model(model, counts)
-    if plan.n_layers != out.n_layers:
-        split = f" split as meta shards says into {out.n_layers}" if out is not model else ""
-        raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
-                          f"has {model.n_layers}{split}; use the plan's model (runtime.model=<preset>)")
-    return out
+def _splitter(cfg: Any, model, costs, cluster, compute: str):
+    """How the tuner may split heavy layers: real compute measures each piece (`cost=profiled`);
+    emulated compute splits as `load_splitter` does for the configured costs."""
+    from octopipe.load import load_splitter
+    from octopipe.tune.split import model_splitter
+    if compute == "real":
+        return model_splitter(model, lambda m: _cost_table(cfg, m, compute, cluster))
+    return load_splitter(cfg, model, cluster, costs)
 
 
-def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
+def _plans(cfg: Any, model, costs, cluster, compute: str) -> list[Plan]:
     from octopipe.modes.simulate import schedule_from_cfg
     names = _opt(cfg, "schedules", None)
     names = [str(n) for n in names] if names else [None]
@@ -107,7 +97,8 @@ def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
                 not OmegaConf.select(sub, "schedule.file", default=None):
             from octopipe.tune.tuner import tune
             res = tune(costs, cluster, int(cfg.pp), int(cfg.microbatches), tuner_cfg=cfg.get("tuner"),
-                       solver_cfg=cfg.get("solver"), seed=int(cfg.get("seed", 0)), model=model.name)
+                       solver_cfg=cfg.get("solver"), seed=int(cfg.get("seed", 0)), model=model.name,
+                       splitter=_splitter(cfg, model, costs, cluster, compute))
             plan = res.plan
             plans.append(Plan(plan.partition, plan.table.__class__(
                 plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
@@ -115,6 +106,7 @@ def _plans(cfg: Any, model, costs, cluster) -> list[Plan]:
             continue
         path = OmegaConf.select(sub, "schedule.file", default=None)
         if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
+            from octopipe.runtime.stage import plan_model
             from octopipe.schedule.plan_io import load_plan
             plan = load_plan(Path(str(path)))
             plan_model(model, plan)
@@ -179,6 +171,7 @@ def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int,
 def run(cfg, out_dir: Path) -> dict:
     from octopipe.run import write_json
     from octopipe.runtime.fidelity import compare
+    from octopipe.runtime.stage import plan_model
     from octopipe.runtime.trace import chrome_trace
     from octopipe.schedule.plan_io import save_plan
     console = Console(width=120)
@@ -197,7 +190,7 @@ def run(cfg, out_dir: Path) -> dict:
         raise ConfigError("runtime.iterations must be >= 1 and runtime.warmup >= 0")
     model = choose_model(cfg, console)
     costs, sim_cluster = _costs(cfg, model, compute, int(cfg.pp))
-    plans = _plans(cfg, model, costs, sim_cluster)
+    plans = _plans(cfg, model, costs, sim_cluster, compute)
     inputs: dict = {}       # per model the plans run (split layers or not): (costs, calibration)
     rows, per = [], {}
     for plan in plans:

@@ -6,7 +6,8 @@ machines): every rank loads the same plan JSON and model preset and runs its row
         --backend nccl --iterations 3 --out runs/torchrun
 
 torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the plan's table must have
-WORLD_SIZE rows. Each rank writes rank<R>.pt (losses, gradients, timed events) under --out.
+WORLD_SIZE rows. A plan whose meta splits layers (`shards`) runs the preset with them split.
+Each rank writes rank<R>.pt (losses, gradients, timed events) under --out.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     from octopipe.run import CONF_DIR
     from octopipe.runtime.control import TorchrunControl
     from octopipe.runtime.launch import check_job
+    from octopipe.runtime.stage import plan_model
     from octopipe.runtime.worker import RankJob, rank_main
     from octopipe.schedule.plan_io import load_plan
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     plan = load_plan(args.plan)
-    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
+    model = plan_model(build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")), plan)
     table = check_job(model, plan.partition, plan.table)
     if table.n_devices != world:
         raise ScheduleError(f"the plan has {table.n_devices} ranks but torchrun started {world}; "

@@ -86,3 +86,26 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
     assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0
     saved = json.loads((out / "plan.json").read_text())
     assert saved["meta"]["shards"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15
+
+
+def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piece(tmp_path):
+    """schedule=octopipe under real compute: the tuner may split heavy layers, pricing the pieces
+    with cost=profiled; the plan's meta names them and its partition covers the split model."""
+    from omegaconf import OmegaConf
+
+    from octopipe.model.build import build_model
+    from octopipe.modes.execute import _costs, _plans
+    from octopipe.run import CONF_DIR
+    from octopipe.runtime.stage import plan_model
+    model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
+    cfg = OmegaConf.create({
+        "pp": 2, "microbatches": 2, "seed": 0, "schedule": {"name": "octopipe", "file": None},
+        "tuner": {"time_budget_s": 3, "ilp": False, "polish_s": 0, "split_share": 0.05},
+        "cost": {"source": "profiled", "device": "cpu", "repeats": 1, "warmup": 0,
+                 "cache_dir": str(tmp_path / "cache")}})
+    costs, cluster = _costs(cfg, model, "real", 2)
+    (plan,) = _plans(cfg, model, costs, cluster, "real")
+    assert plan.meta.get("shards"), plan.meta
+    sharded = plan_model(model, plan)
+    assert sharded.n_layers == model.n_layers + sum(v - 1 for v in plan.meta["shards"].values())
+    assert len(list((tmp_path / "cache").glob("*.json"))) > len(set(model.layers))   # pieces measured

@@ -13,7 +13,7 @@ from octopipe.runtime.layers import build_layer, carry_shape
 from octopipe.runtime.layers.io import Head
 from octopipe.runtime.layers.mlp import MLP, MoE
 from octopipe.runtime.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
-from octopipe.runtime.stage import StageModule, max_rel_err, microbatch, reference_run
+from octopipe.runtime.stage import StageModule, max_rel_err, microbatch, plan_model, reference_run
 from tests.runtime import tiny
 
 RTOL = 1e-5
@@ -147,7 +147,6 @@ def test_pipeline_zero_bubble_v_with_split_backward_cuts_inside_the_moe_and_the_
 
 
 def test_a_plan_with_meta_shards_runs_the_sharded_model():
-    from octopipe.modes.execute import plan_model
     from octopipe.plan import uniform_partition
     from octopipe.schedule.library import build_schedule
     model, sharded = sharded_hybrid()
