@@ -2,17 +2,22 @@
 
 Emulated: the default 8-rank pipeline of a heterogeneous model (analytic costs on the cluster
 preset, scaled to sleepable durations) — every action sleeps its modelled time while messages
-really travel over loopback gloo. Real: the tiny hybrid preset computing on 2 and 4 ranks, the
-simulator fed per-layer costs calibrated in situ (`octopipe.runtime.insitu`: a separate
-calibration launch of the real runtime on the same ranks), with the offline `cost=profiled`
-prediction and a replay of each stage's times observed in the measured iterations beside it.
-Runs alternate: each of `--rounds` rounds launches the calibration table and then every schedule
-(in a rotated order), and each figure is the median over all rounds, so the load that other
-work puts on the machine falls on every schedule alike. The calibration run is not one of the
-predicted runs. Reported: the mean and max absolute relative error, and whether the simulator
-ranks the schedules as the measurement does (exact order and Spearman).
+really travel over loopback gloo. Real: the tiny hybrid preset (8 sequences per micro-batch, so
+compute outweighs the per-action overheads) computing on 2 and 4 ranks pinned round-robin to the
+cores, the simulator fed per-layer costs calibrated in situ (`octopipe.runtime.insitu`: separate
+calibration launches of the real runtime on the same ranks, one per partition the schedules
+use) and the per-core shared-cores model (`octopipe.runtime.cores`), with the offline
+`cost=profiled` prediction and a replay of each stage's times observed in the measured
+iterations beside it. Before each rank count it waits for a quiet machine (1-minute load below
+`--quiet-load`) and prints the load at start and end. Runs alternate: each of `--rounds` rounds
+launches the calibration tables and then every schedule (in a rotated order), each launch
+discarding `--warmup` iterations; each figure is the median over all measured iterations of all
+rounds, with the interquartile range as its spread, so the load that other work puts on the
+machine falls on every schedule alike. Reported: the mean and max absolute relative error, and
+the ranking judged pair by pair (`bench/ranking.py`: separated pairs vs pairs within noise,
+Spearman over all schedules and over the largest mutually separated set).
 
-    python -m octopipe.runtime.bench.fidelity [--skip-real] [--skip-emulated] [--rounds 3]
+    python -m octopipe.runtime.bench.fidelity [--skip-real] [--skip-emulated] [--rounds 6]
 """
 from __future__ import annotations
 
