@@ -81,6 +81,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                   f"(total work / devices); plan: {res.plan.meta.get('candidate', res.plan.meta.get('origin'))}; "
                   f"tuned in {res.tuner_seconds:.1f} s; checks: memory fits, deadlock "
                   f"{res.evaluated.checks.get('smt', '?')}")
+    if res.split_text():
+        console.print(f"Layers split so that no device waits on one heavy layer: {res.split_text()}")
 
     from octopipe.schedule.plan_io import save_plan
     from octopipe.schedule.render import chrome_trace, write_trace

@@ -104,6 +104,20 @@ class TuneResult:
                     if self.baselines else "no baselines were run")
         return f"{self.speedup_vs(best):.2f}× faster than the best baseline ({best.name})"
 
+    def split_text(self) -> str:
+        """'head (layer 53) in 2 pieces, ...' for a plan that splits layers, else ''."""
+        meta = self.plan.meta
+        shards, names = meta.get("shards", {}), meta.get("split_names", {})
+        if not shards:
+            return ""
+        parts = [f"{names.get(k, names.get(str(k), 'layer'))} (layer {k}) in {v}"
+                 for k, v in sorted(shards.items(), key=lambda kv: int(kv[0]))]
+        if len(parts) > 4:
+            parts = parts[:3] + [f"{len(parts) - 3} more"]
+        how = ("pieces priced from their shapes" if meta.get("split_costs") == "model"
+               else "each piece costed as an even share of its measured layer")
+        return f"{', '.join(parts)} pieces ({how})"
+
     def summary(self) -> dict:
         """The summary.json figures (snake_case, units in the names)."""
         s = self.sim_result
@@ -217,6 +231,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     start_cands = [_on_split(as_candidate(b), counts) for b in base if b.feasible]
     start_cands += [_on_split(c, counts) for c in starts]
     shard_meta = {"shards": {int(k): int(v) for k, v in counts.items()},
+                  "split_names": {int(k): costs.layer_names[k] for k in counts},
                   "split_costs": splitter.source} if counts else {}
     ilp_info: dict = {}
     if cfg.ilp:
