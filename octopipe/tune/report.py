@@ -55,6 +55,9 @@ def aggregate(cases: list[dict]) -> dict:
         "min_speedup_vs_best_baseline": min(col(het, "speedup_vs_best_baseline"), default=None),
         "mean_efficiency_vs_lower_bound": (sum(col(ok, "efficiency_vs_lower_bound")) / len(ok)) if ok else None,
         "mean_efficiency_vs_layer_bound": (sum(col(ok, "efficiency_vs_layer_bound")) / len(ok)) if ok else None,
+        "mean_efficiency_by_pp": {p: sum(col(rows, "efficiency_vs_lower_bound")) / len(rows)
+                                  for p in sorted({c.get("pp") for c in ok})
+                                  for rows in [[c for c in ok if c.get("pp") == p]]},
         "max_tuner_seconds": max(col(ok, "tuner_seconds"), default=None),
         "control_geomean_speedup_vs_best_baseline": geomean(
             col([c for c in ok if c not in het], "speedup_vs_best_baseline")),
@@ -66,22 +69,24 @@ def _f(x, fmt):
 
 
 def table_md(cases: list[dict]) -> str:
-    lines = ["| model | pp | mb | seq | OctoPipe ms | vs best uniform | vs best balanced | "
-             "vs best baseline (which) | efficiency | eff. vs layer bound | tuner s |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    lines = ["| model | cluster | pp | mb | seq | OctoPipe ms | vs best uniform | vs best balanced | "
+             "vs best baseline (which) | efficiency | eff. vs layer bound | split layers | tuner s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
     key = lambda c: (str(c.get("model")), c.get("pp", 0), c.get("microbatches", 0), c.get("seq_len", 0))
     for c in sorted(cases, key=key):
         if c.get("status", "ok") != "ok":
-            lines.append(f"| {c.get('model')} | {c.get('pp')} | {c.get('microbatches')} | "
-                         f"{c.get('seq_len')} | infeasible | | | {c.get('reason', '')[:60]} | | | |")
+            lines.append(f"| {c.get('model')} | {c.get('cluster')} | {c.get('pp')} | {c.get('microbatches')} | "
+                         f"{c.get('seq_len')} | infeasible | | | {c.get('reason', '')[:60]} | | | | |")
             continue
+        split = c.get("split_layers") or {}
+        split_txt = f"{len(split)} → {sum(split.values())} pieces" if split else "—"
         lines.append(
-            f"| {c['model']} | {c['pp']} | {c['microbatches']} | {c.get('seq_len')} | "
+            f"| {c['model']} | {c.get('cluster')} | {c['pp']} | {c['microbatches']} | {c.get('seq_len')} | "
             f"{c['makespan_s'] * 1e3:.1f} | {_f(c.get('speedup_vs_best_uniform'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_balanced'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_baseline'), '.2f')} ({c.get('best_baseline')}) | "
             f"{c['efficiency_vs_lower_bound']:.3f} | {_f(c.get('efficiency_vs_layer_bound'), '.3f')} | "
-            f"{c['tuner_seconds']:.1f} |")
+            f"{split_txt} | {c['tuner_seconds']:.1f} |")
     return "\n".join(lines)
 
 
