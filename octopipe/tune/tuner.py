@@ -159,48 +159,52 @@ class TuneResult:
 
 
 def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[list[Candidate], dict]:
-    """The joint partition + placement ILP (solvers) as starting candidates."""
+    """ILP partitions (solvers) as starting candidates: the joint partition + placement ILP with
+    one stage per device (the partition ILP on the loop placement for large instances), and the
+    partition ILP on the V placement with two stages per device."""
     from solvers.backend import SolverConfig
     from solvers.partition_ilp import solve_partition
     from solvers.placement_ilp import solve_partition_placement
+    from octopipe.schedule.table import v_placement
     scfg = solver_cfg if isinstance(solver_cfg, SolverConfig) else SolverConfig.from_cfg(solver_cfg)
     scfg = replace(scfg, time_limit_s=max(1.0, min(scfg.time_limit_s, time_limit)))
-    D, L = problem.n_devices, problem.n_layers
+    D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
+    # the joint ILP with several stages per device takes tens of seconds on this class of
+    # machine, more than the whole tuning budget; beyond JOINT_ILP_MAX_CELLS layer-device pairs
+    # even one stage per device does (building the model alone overran its limit: 82 layers x 32
+    # devices took 29 s), so large instances fix the loop placement and solve the partition ILP
+    runs = [("loop", 1, "zbh1", None if L * D <= JOINT_ILP_MAX_CELLS else tuple(range(D))),
+            ("V", 2, "zbv", v_placement(D, 2))]
+    cands: list[Candidate] = []
     info: dict = {}
-    res = None
-    # one stage per device: the joint ILP with several stages per device takes tens of seconds
-    # on this class of machine, more than the whole tuning budget; beyond JOINT_ILP_MAX_CELLS
-    # layer-device pairs even one stage per device does (building the model alone overruns its
-    # time limit: 82 layers x 32 devices took 29 s), so large instances fix the loop placement
-    # and solve the partition ILP
-    for chunks, sched in ((1, "zbh1"),):
+    for label, chunks, sched, placement in runs:
         if D * chunks > L:
             continue
         t0 = time.perf_counter()
         try:
-            if L * D <= JOINT_ILP_MAX_CELLS:
+            if placement is None:
                 res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
-                                                schedule_name=sched, n_microbatches=problem.n_microbatches,
+                                                schedule_name=sched, n_microbatches=M,
                                                 chunks=chunks, solver_cfg=scfg)
             else:
-                res = solve_partition(problem.costs, problem.cluster, D * chunks, tuple(range(D)) * chunks,
-                                      schedule_name=sched, n_microbatches=problem.n_microbatches,
-                                      chunks=chunks, solver_cfg=scfg)
+                res = solve_partition(problem.costs, problem.cluster, D * chunks, placement,
+                                      schedule_name=sched, n_microbatches=M, chunks=chunks,
+                                      solver_cfg=scfg)
         except OctoPipeError as e:
-            info = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
-            res = None
-            continue
-        info = {"method": res.method, "status": res.status, "objective_s": res.objective,
-                "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
-                "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition),
-                "schedule": sched}
-        if res.partition:
-            break
-    if res is None or not res.partition:
-        return [], info
-    sizes = tuple(hi - lo for lo, hi in res.partition)
-    cands = [Candidate(sizes, tuple(res.placement), split, infl, origin="ILP")
-             for split in (True, False) for infl in (1.0, 2.0, math.inf)]
+            run = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
+        else:
+            run = {"method": res.method, "status": res.status, "objective_s": res.objective,
+                   "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
+                   "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition),
+                   "schedule": sched}
+            if res.partition:
+                sizes = tuple(hi - lo for lo, hi in res.partition)
+                cands += [Candidate(sizes, tuple(res.placement), split, infl, origin=f"ILP {label}")
+                          for split in (True, False) for infl in (1.0, 2.0, math.inf)]
+        if label == "loop":
+            info = run
+        else:
+            info["v"] = run
     return cands, info
 
 
