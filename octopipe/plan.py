@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from octopipe.errors import ScheduleError
+from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.table import ScheduleTable
+
+if TYPE_CHECKING:
+    from octopipe.model.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,28 @@ def partition_from_sizes(sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
         out.append((lo, lo + n))
         lo += n
     return tuple(out)
+
+
+def plan_shards(plan: Plan) -> dict[int, int]:
+    """`plan.meta["shards"]` as {original layer index: pieces} ({} for a plan of whole layers)."""
+    shards = (plan.meta or {}).get("shards")
+    if not shards:
+        return {}
+    try:
+        return {int(k): int(v) for k, v in dict(shards).items()}
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"plan meta shards={shards!r}: expected a mapping of original layer index to "
+                          "pieces, e.g. {\"11\": 3}") from e
+
+
+def plan_model(model: "ModelSpec", plan: Plan) -> "ModelSpec":
+    """The model `plan` partitions: `model` with the layers `plan.meta["shards"]` names (original
+    layer index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
+    from octopipe.model.shard import shard_model
+    counts = plan_shards(plan)
+    out = shard_model(model, counts) if counts else model
+    if plan.n_layers != out.n_layers:
+        split = f" split as meta shards says into {out.n_layers}" if out is not model else ""
+        raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
+                          f"has {model.n_layers}{split}; run the plan on the model it was made for")
+    return out

@@ -106,7 +106,7 @@ def _plans(cfg: Any, model, costs, cluster, compute: str) -> list[Plan]:
             continue
         path = OmegaConf.select(sub, "schedule.file", default=None)
         if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
-            from octopipe.runtime.stage import plan_model
+            from octopipe.plan import plan_model
             from octopipe.schedule.plan_io import load_plan
             plan = load_plan(Path(str(path)))
             plan_model(model, plan)
@@ -171,7 +171,7 @@ def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int,
 def run(cfg, out_dir: Path) -> dict:
     from octopipe.run import write_json
     from octopipe.runtime.fidelity import compare
-    from octopipe.runtime.stage import plan_model
+    from octopipe.plan import plan_model
     from octopipe.runtime.trace import chrome_trace
     from octopipe.schedule.plan_io import save_plan
     console = Console(width=120)

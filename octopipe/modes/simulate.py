@@ -55,6 +55,16 @@ def _int_or_none(cfg: Any, key: str) -> int | None:
     return v
 
 
+def plan_file_shards(cfg: Any) -> dict[int, int]:
+    """The layers a plan JSON in `schedule.file` splits ({} for whole layers or a CSV)."""
+    path = OmegaConf.select(cfg, "schedule.file", default=None)
+    if not path or Path(str(path)).suffix.lower() != ".json":
+        return {}
+    from octopipe.plan import plan_shards
+    from octopipe.schedule.plan_io import load_plan
+    return plan_shards(load_plan(Path(str(path))))
+
+
 def schedule_from_cfg(cfg: Any, n_layers: int) -> tuple[ScheduleTable, tuple[tuple[int, int], ...]]:
     """The table `schedule.name`/`schedule.file` asks for, and its partition."""
     path = OmegaConf.select(cfg, "schedule.file", default=None)
@@ -105,6 +115,14 @@ def run(cfg, out_dir: Path) -> dict:
     model = load_model(cfg)
     cluster = load_cluster(cfg)
     costs = load_costs(cfg, model, cluster)
+    counts = plan_file_shards(cfg)
+    if counts:            # a plan that splits layers partitions the split model: price its pieces
+        from octopipe.load import load_splitter
+        splitter = load_splitter(cfg, model, cluster, costs)
+        if splitter is None:
+            raise ConfigError("schedule.file: the plan splits layers but these costs do not match the "
+                              "model layer for layer; use the plan's model and cost source")
+        costs = splitter.costs_for(counts)
     table, partition = schedule_from_cfg(cfg, costs.n_layers)
     if table.n_devices > cluster.n_devices:
         raise ConfigError(f"the schedule uses {table.n_devices} devices but the cluster has "

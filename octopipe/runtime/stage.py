@@ -8,11 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind
-from octopipe.model.shard import shard_model
 from octopipe.model.spec import ModelSpec
-from octopipe.plan import Plan
 from octopipe.runtime.layers import build_layer, carry_shape
 
 
@@ -49,25 +46,6 @@ def microbatch(model: ModelSpec, seed: int, iteration: int, mb: int) -> dict:
 def stage_input_shape(model: ModelSpec, lo: int) -> tuple[int, ...] | None:
     """Shape of the activation a stage starting at layer `lo` receives (None for the first)."""
     return None if lo == 0 else carry_shape(model, lo - 1)
-
-
-def plan_model(model: ModelSpec, plan: Plan) -> ModelSpec:
-    """The model `plan` partitions: `model` with the layers `plan.meta["shards"]` names (original
-    layer index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
-    shards = (plan.meta or {}).get("shards")
-    out = model
-    if shards:
-        try:
-            counts = {int(k): int(v) for k, v in dict(shards).items()}
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"plan meta shards={shards!r}: expected a mapping of original layer index to "
-                              "pieces, e.g. {\"11\": 3}") from e
-        out = shard_model(model, counts)
-    if plan.n_layers != out.n_layers:
-        split = f" split as meta shards says into {out.n_layers}" if out is not model else ""
-        raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
-                          f"has {model.n_layers}{split}; run the plan on the model it was made for")
-    return out
 
 
 @dataclass

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     from octopipe.run import CONF_DIR
     from octopipe.runtime.control import TorchrunControl
     from octopipe.runtime.launch import check_job
-    from octopipe.runtime.stage import plan_model
+    from octopipe.plan import plan_model
     from octopipe.runtime.worker import RankJob, rank_main
     from octopipe.schedule.plan_io import load_plan
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

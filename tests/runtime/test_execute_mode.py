@@ -96,7 +96,7 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     from octopipe.model.build import build_model
     from octopipe.modes.execute import _costs, _plans
     from octopipe.run import CONF_DIR
-    from octopipe.runtime.stage import plan_model
+    from octopipe.plan import plan_model
     model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
     cfg = OmegaConf.create({
         "pp": 2, "microbatches": 2, "seed": 0, "schedule": {"name": "octopipe", "file": None},

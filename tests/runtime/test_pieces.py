@@ -13,7 +13,8 @@ from octopipe.runtime.layers import build_layer, carry_shape
 from octopipe.runtime.layers.io import Head
 from octopipe.runtime.layers.mlp import MLP, MoE
 from octopipe.runtime.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
-from octopipe.runtime.stage import StageModule, max_rel_err, microbatch, plan_model, reference_run
+from octopipe.plan import plan_model
+from octopipe.runtime.stage import StageModule, max_rel_err, microbatch, reference_run
 from tests.runtime import tiny
 
 RTOL = 1e-5
