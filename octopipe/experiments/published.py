@@ -68,6 +68,7 @@ class Outcome:
     placement: tuple[int, ...]
     tuner_s: float | None = None
     device_bound_s: float | None = None    # whole layers + fill/drain (octopipe.tune.bounds)
+    shards: dict = field(default_factory=dict)   # profile row -> pieces the plan split it into
 
     @property
     def bubble_ratio(self) -> np.ndarray:
@@ -98,6 +99,7 @@ class Outcome:
             "device_bound_ms": None if self.device_bound_s is None else self.device_bound_s * 1e3,
             "efficiency_vs_device_bound": (None if self.device_bound_s is None
                                            else self.device_bound_s / self.makespan_s),
+            "split_rows": {str(k): v for k, v in self.shards.items()},
         }
 
 
@@ -257,7 +259,8 @@ def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Clust
     m = case.microbatches
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
-                   plan.partition, plan.placement, tuner_s, device_bound)
+                   plan.partition, plan.placement, tuner_s, device_bound,
+                   {int(k): int(v) for k, v in (plan.meta or {}).get("shards", {}).items()})
 
 
 def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float | None:

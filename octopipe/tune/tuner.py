@@ -228,7 +228,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     base = run_baselines(whole, model) if baselines else []
     problem, counts = whole, {}
     if splitter is not None and cfg.split_layers == "auto":
-        counts = splitter.counts(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
+        counts = splitter.choose(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
         if counts:
             problem = Problem.build(splitter.costs_for(counts), cluster, n_devices, n_microbatches,
                                     semantics)

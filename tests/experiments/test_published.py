@@ -151,7 +151,7 @@ def test_artifacts_are_written(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "report.md").read_text()
     assert "| x | 2 | 4 | free | zbh1 | 1500.0 |" in text
-    assert "| octopipe | 1200.0 | 0.833 |  | 16.7% | 17/17 | 1 | 1.250 |" in text
+    assert "| octopipe | 1200.0 | 0.833 |  | 16.7% | 17/17 | 1 |  | 1.250 |" in text
 
 
 def test_published_conventions_reproduce_the_issue_figures():

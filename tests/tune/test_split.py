@@ -61,3 +61,16 @@ def test_split_plan_round_trips_and_resimulates(tmp_path):
     for b in res.baselines:
         if b.feasible:
             assert res.makespan_s <= b.makespan_s * (1 + 1e-9)
+
+
+def test_choose_splits_for_granularity_only_where_it_pays():
+    # 26 equal layers on 8 devices: whole layers leave one device 4 (23% over the even share);
+    # half-layers balance within 2%, so the splitter picks them though no layer exceeds the cap
+    costs = CostTable.uniform(26)
+    sp = row_splitter(costs, [True] * 26)
+    w = np.ones(26)
+    assert sp.counts(w, 8, 0.5) == {}
+    counts = sp.choose(w, 8, 0.5)
+    assert counts and set(counts.values()) == {2}
+    # 32 equal layers on 8 devices balance exactly: nothing to gain, nothing split
+    assert row_splitter(CostTable.uniform(32), [True] * 32).choose(np.ones(32), 8, 0.5) == {}
