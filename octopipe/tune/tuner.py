@@ -112,11 +112,12 @@ class TuneResult:
             return ""
         parts = [f"{names.get(k, names.get(str(k), 'layer'))} (layer {k}) in {v}"
                  for k, v in sorted(shards.items(), key=lambda kv: int(kv[0]))]
+        total = sum(int(v) for v in shards.values())
         if len(parts) > 4:
-            parts = parts[:3] + [f"{len(parts) - 3} more"]
+            parts = parts[:3] + [f"{len(parts) - 3} more layers"]
         how = ("pieces priced from their shapes" if meta.get("split_costs") == "model"
                else "each piece costed as an even share of its measured layer")
-        return f"{', '.join(parts)} pieces ({how})"
+        return f"{', '.join(parts)} ({len(shards)} layers into {total} pieces; {how})"
 
     def summary(self) -> dict:
         """The summary.json figures (snake_case, units in the names)."""
