@@ -31,11 +31,13 @@ from octopipe.schedule.table import ScheduleTable
 KINDS = ("F", "I", "W", "B")
 
 
-def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1) -> ScheduleTable:
+def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1, split: int = 1) -> ScheduleTable:
     """The named `base` schedule on `n` ranks and `m` micro-batches (m >= 2), `chunks` stages per
-    rank (chunks > 1: looped placement, base "interleaved"), with its backward kept whole (B)
-    for even micro-batches and split for odd ones, I then W at once: every stage runs all four
-    kinds, in the steady state other schedules run in."""
+    rank (chunks > 1: looped placement, base "interleaved"), with its backward split, I then W
+    at once, for micro-batches of parity `split` (1: odd) and kept whole (B) for the others:
+    every stage runs all four kinds, in the steady state other schedules run in. Launches that
+    alternate `split` put B and I+W at every position of the row alike (the first backward of an
+    iteration runs slower on a CPU)."""
     from octopipe.errors import ConfigError
     from octopipe.schedule.library import build_schedule
     if m < 2:
@@ -52,12 +54,12 @@ def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1) -> Sc
     for row in table.rows:
         out = []
         for a in row:
-            if a is not None and a.kind == ActionKind.B and a.microbatch % 2 == 1:
+            if a is not None and a.kind == ActionKind.B and a.microbatch % 2 == split % 2:
                 out += [Action(a.stage, ActionKind.I, a.microbatch), Action(a.stage, ActionKind.W, a.microbatch)]
             elif a is not None:
                 out.append(a)
         rows.append(tuple(out))
-    name = f"calibration-{base}" + (f"-x{chunks}" if chunks > 1 else "")
+    name = f"calibration-{base}" + (f"-x{chunks}" if chunks > 1 else "") + ("" if split % 2 else "-even")
     return ScheduleTable(tuple(rows), table.placement, m, name)
 
 

@@ -186,3 +186,12 @@ def test_fit_run_with_pinned_ranks_divides_out_only_partners_on_the_same_core():
     assert shared.background == 0.0 and np.allclose(shared.f, true["f"]) and shared.pinned == (0, 1, 0, 1)
     apart = fit_run(twins, partition, PROFILE, [0, 1], cores=4, pinned=[0, 1, 2, 3])
     assert np.allclose(apart.f, 2 * true["f"])
+
+
+def test_calibration_table_splits_the_backward_of_the_chosen_parity():
+    for split in (0, 1):
+        t = calibration_table(2, 4, split=split)
+        validate(t)
+        halves = {a.microbatch % 2 for row in t.rows for a in row if a.kind == ActionKind.I}
+        wholes = {a.microbatch % 2 for row in t.rows for a in row if a.kind == ActionKind.B}
+        assert halves == {split} and wholes == {1 - split}

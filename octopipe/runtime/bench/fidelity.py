@@ -143,32 +143,36 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
     for name in schedules:
         table = build_schedule(name, n, m)
         plans.append(Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name))
-    # one calibration table per partition the schedules use (same stages, looped placement)
-    cal_plans = {}
+    # calibration tables per partition the schedules use (same stages, looped placement), the
+    # split backward on odd micro-batches in even rounds and on even ones in odd rounds
+    cal_plans: dict[int, list[Plan]] = {}
     for p in plans:
         chunks = p.table.n_stages // n if p.table.n_stages % n == 0 else 1
         if p.table.n_stages not in cal_plans:
-            cal_table = calibration_table(n, m, chunks=chunks)
-            cal_plans[p.table.n_stages] = Plan(uniform_partition(model.n_layers, cal_table.n_stages),
-                                               cal_table, model.name)
-    runs: dict[str, list] = {p.table.name: [] for p in [*cal_plans.values(), *plans]}
+            cal_plans[p.table.n_stages] = [
+                Plan(uniform_partition(model.n_layers, p.table.n_stages),
+                     calibration_table(n, m, chunks=chunks, split=split), model.name) for split in (1, 0)]
+    runs: dict[str, list] = {p.table.name: [] for p in plans}
+    cal_runs: dict[int, list] = {stages: [] for stages in cal_plans}
     kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=warmup)
     quiet = quiet or {}
     load_start = os.getloadavg()
     t0 = time.monotonic()
     for r in range(rounds):
-        order = [*cal_plans.values()] + plans[r % len(plans):] + plans[:r % len(plans)]
-        for plan in order:
+        for stages, variants in cal_plans.items():
+            cal_runs[stages].append(launch(model, variants[r % 2], costs, cluster, cpus=pinned, **kw))
+        for plan in plans[r % len(plans):] + plans[:r % len(plans)]:
             runs[plan.table.name].append(launch(model, plan, costs, cluster, cpus=pinned, **kw))
     load_end = os.getloadavg()
     elapsed = time.monotonic() - t0
     measured = list(range(warmup, warmup + iterations))
     calibrations, plain_fits, cal_rows = {}, {}, []
-    for stages, cal_plan in cal_plans.items():
-        cal_events = [ev for res in runs[cal_plan.table.name] for ev in res.events]
+    for stages, variants in cal_plans.items():
+        cal_plan = variants[0]
+        cal_events = [ev for res in cal_runs[stages] for ev in res.events]
         calibrations[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, available_cores(), pinned)
         plain_fits[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, None)
-        cal_rows.append(summarise(model, cal_plan, runs[cal_plan.table.name], costs, cluster,
+        cal_rows.append(summarise(model, cal_plan, cal_runs[stages][::2], costs, cluster,
                                   calibration=calibrations[stages], grad_check=False, **kw))
     rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibrations[p.table.n_stages],
                       grad_check=(i == 0), **kw) for i, p in enumerate(plans)]
