@@ -56,3 +56,16 @@ def test_judge_counts_every_pair_once_and_reports_both_spearmans():
     assert v["noise_pairs"] == 1 and v["noise_pairs_same_order"] == 0
     assert v["spearman_all"] == pytest.approx(0.5)
     assert v["spearman_separated_chain"] == 1.0 and v["separated_chain"][0] == "zbv"
+
+
+def test_paired_rounds_cancel_drift_that_the_pooled_spread_cannot():
+    """Load drifts from round to round by far more than the gap between two schedules, but within
+    a round b is always 0.05 s slower: pooled, the pair is within noise; paired, it separates."""
+    drift = [0.0, 0.5, 1.0, 1.5]
+    a = [1.0 + d for d in drift for _ in range(2)]
+    b = [1.05 + d for d in drift for _ in range(2)]
+    pooled = [spread(a).iqr, spread(b).iqr]
+    (p,) = pairs(["a", "b"], [spread(a).median, spread(b).median], pooled, [1.0, 1.05], [a, b], per_round=2)
+    assert not p.separated
+    assert p.paired_diff_s == pytest.approx(-0.05) and p.paired_noise_s == pytest.approx(0.0)
+    assert p.separated_paired and p.same_order_paired

@@ -22,6 +22,7 @@ Spearman over all schedules and over the largest mutually separated set).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -40,12 +41,14 @@ EMULATED = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipev")
 REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
 
 
-def _group(name: str, rows: list[Comparison], extra: dict | None = None) -> dict:
+def _group(name: str, rows: list[Comparison], extra: dict | None = None, per_round: int | None = None) -> dict:
     names = [c.schedule for c in rows]
     measured = [c.measured_iteration_s for c in rows]
     simulated = [c.simulated_iteration_s for c in rows]
-    spreads = [spread(c.measured_samples_s or c.result.iteration_s) for c in rows]
-    verdict = judge(names, measured, [sp.iqr for sp in spreads], simulated)
+    samples = [c.measured_samples_s or c.result.iteration_s for c in rows]
+    spreads = [spread(x) for x in samples]
+    verdict = judge(names, measured, [sp.iqr for sp in spreads], simulated,
+                    samples if per_round else None, per_round or 1)
     errs = [c.fidelity_error for c in rows]
     replay = [c.fidelity_error_replay for c in rows if c.fidelity_error_replay is not None]
     profiled = [c.fidelity_error_profiled for c in rows if c.fidelity_error_profiled is not None]
@@ -71,16 +74,46 @@ def _group(name: str, rows: list[Comparison], extra: dict | None = None) -> dict
     print(f"  MAPE {100 * out['mape']:.1f}% (max {100 * out['max_error']:.1f}%)"
           + (f", profiled MAPE {100 * out['mape_profiled']:.1f}%" if profiled else "")
           + (f", replay MAPE {100 * out['mape_replay']:.1f}%" if replay else ""))
-    print(f"  ranking: Spearman {verdict['spearman_all']:.2f} over all {len(rows)} "
+    _print_verdict(verdict, bool(per_round))
+    sys.stdout.flush()
+    return out
+
+
+def _print_verdict(verdict: dict, paired: bool) -> None:
+    print(f"  ranking: Spearman {verdict['spearman_all']:.2f} over all {verdict['schedules']} "
           f"(same order: {verdict['same_order_all']}); separated pairs in the same order "
           f"{verdict['separated_pairs_same_order']}/{verdict['separated_pairs']}, pairs within noise "
           f"{verdict['noise_pairs_same_order']}/{verdict['noise_pairs']}; largest mutually separated set "
           f"{verdict['separated_chain']} Spearman {verdict['spearman_separated_chain']:.2f}")
+    if paired:
+        print(f"  paired by round: {verdict['paired_all_same_order']}/{len(verdict['pairs'])} pairs in the "
+              f"simulated order; separated (gap > IQR of per-round differences) "
+              f"{verdict['paired_separated_same_order']}/{verdict['paired_separated_pairs']} in the same order")
     for p in verdict["pairs"]:
-        print(f"    {p['a']:>11s} vs {p['b']:<11s} predicted gap {p['predicted_gap_s']:.4f} s, "
-              f"noise {p['noise_s']:.4f} s: {'separated' if p['separated'] else 'within noise'}, "
-              f"{'same order' if p['same_order'] else 'ORDER DIFFERS'}")
-    sys.stdout.flush()
+        line = (f"    {p['a']:>11s} vs {p['b']:<11s} predicted gap {p['predicted_gap_s']:.4f} s, "
+                f"noise {p['noise_s']:.4f} s: {'separated' if p['separated'] else 'within noise'}, "
+                f"{'same order' if p['same_order'] else 'ORDER DIFFERS'}")
+        if p.get("paired_diff_s") is not None:
+            line += (f"; paired diff {p['paired_diff_s']:+.4f} s, paired noise {p['paired_noise_s']:.4f} s: "
+                     f"{'separated' if p['separated_paired'] else 'within noise'}, "
+                     f"{'same order' if p['same_order_paired'] else 'ORDER DIFFERS'}")
+        print(line)
+
+
+def rejudge(path: Path) -> list[dict]:
+    """The ranking verdicts of a saved benchmark JSON, recomputed (with the paired comparison)."""
+    doc = json.loads(Path(path).read_text())
+    out = []
+    for g in doc["groups"]:
+        if not g["setting"].startswith("real"):
+            continue
+        rows = g["schedules"]
+        verdict = judge([r["schedule"] for r in rows], [r["measured_iteration_s"] for r in rows],
+                        [r["measured_iqr_s"] for r in rows], [r["simulated_iteration_s"] for r in rows],
+                        [r["measured_iterations_s"] for r in rows], g["iterations"])
+        print(f"\n{g['setting']}: MAPE {100 * g['mape']:.1f}%")
+        _print_verdict(verdict, True)
+        out.append(verdict)
     return out
 
 
@@ -197,7 +230,7 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
                    "quiet_wait": quiet, "launch_s": elapsed,
                    "calibrations": [{**c.summary(), **cal.summary()} for c, cal in zip(cal_rows, calibrations.values())],
                    "mape_calibrated_without_cores": float(np.mean(plain)),
-                   "errors_calibrated_without_cores": dict(zip(schedules, plain))})
+                   "errors_calibrated_without_cores": dict(zip(schedules, plain))}, per_round=iterations)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -222,7 +255,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cached-profile", action="store_true",
                     help="reuse the cached layer profile instead of measuring it again first")
     ap.add_argument("--out", default="runs/bench")
+    ap.add_argument("--rejudge", type=Path, help="only recompute the ranking verdicts of a saved JSON")
     args = ap.parse_args(argv)
+    if args.rejudge:
+        return {"verdicts": rejudge(args.rejudge)}
     groups = []
     if not args.skip_emulated:
         groups.append(emulated("nemotron_h_8b", "h100_1x8", 8, 16, args.dispatch, args.iterations))

@@ -71,18 +71,37 @@ class Pair:
     noise_s: float               # the larger measured interquartile range of the two
     separated: bool              # predicted gap > noise
     same_order: bool             # measured and simulated put a and b in the same order
+    paired_diff_s: float | None = None    # median over rounds of (a's round median - b's)
+    paired_noise_s: float | None = None   # interquartile range of those per-round differences
+    separated_paired: bool | None = None  # predicted gap > paired noise
+    same_order_paired: bool | None = None  # the paired difference has the simulated sign
+
+
+def round_medians(samples: Sequence[float], per_round: int) -> np.ndarray:
+    """The median of each round's `per_round` consecutive samples."""
+    x = np.asarray(samples, dtype=np.float64)
+    return np.median(x[: len(x) // per_round * per_round].reshape(-1, per_round), axis=1)
 
 
 def pairs(names: Sequence[str], measured: Sequence[float], noise: Sequence[float],
-          simulated: Sequence[float]) -> list[Pair]:
+          simulated: Sequence[float], samples: Sequence[Sequence[float]] | None = None,
+          per_round: int = 1) -> list[Pair]:
     """Every pair of schedules, with whether the measurement can separate it and whether the two
-    orders agree on it."""
+    orders agree on it; with `samples` (each schedule's measured iterations, round by round,
+    `per_round` a round), also the paired per-round comparison."""
     out = []
     for i, j in combinations(range(len(names)), 2):
         gap = abs(simulated[i] - simulated[j])
         nz = max(noise[i], noise[j])
-        same = np.sign(measured[i] - measured[j]) == np.sign(simulated[i] - simulated[j])
-        out.append(Pair(names[i], names[j], float(gap), float(nz), bool(gap > nz), bool(same)))
+        sim_sign = np.sign(simulated[i] - simulated[j])
+        same = np.sign(measured[i] - measured[j]) == sim_sign
+        extra = {}
+        if samples is not None:
+            d = round_medians(samples[i], per_round) - round_medians(samples[j], per_round)
+            q25, med, q75 = np.percentile(d, [25, 50, 75])
+            extra = dict(paired_diff_s=float(med), paired_noise_s=float(q75 - q25),
+                         separated_paired=bool(gap > q75 - q25), same_order_paired=bool(np.sign(med) == sim_sign))
+        out.append(Pair(names[i], names[j], float(gap), float(nz), bool(gap > nz), bool(same), **extra))
     return out
 
 
@@ -100,17 +119,25 @@ def separated_chain(names: Sequence[str], simulated: Sequence[float], noise: Seq
 
 
 def judge(names: Sequence[str], measured: Sequence[float], noise: Sequence[float],
-          simulated: Sequence[float]) -> dict:
+          simulated: Sequence[float], samples: Sequence[Sequence[float]] | None = None,
+          per_round: int = 1) -> dict:
     """Spearman over all schedules and over the separated chain, and the pairs (none hidden)."""
-    ps = pairs(names, measured, noise, simulated)
+    ps = pairs(names, measured, noise, simulated, samples, per_round)
     chain = separated_chain(names, simulated, noise)
     idx = [list(names).index(n) for n in chain]
     sep = [p for p in ps if p.separated]
-    return {"spearman_all": spearman(measured, simulated),
-            "same_order_all": [names[k] for k in np.argsort(measured)] == [names[k] for k in np.argsort(simulated)],
-            "separated_chain": chain,
-            "spearman_separated_chain": spearman([measured[k] for k in idx], [simulated[k] for k in idx]),
-            "separated_pairs_same_order": sum(p.same_order for p in sep), "separated_pairs": len(sep),
-            "noise_pairs_same_order": sum(p.same_order for p in ps if not p.separated),
-            "noise_pairs": len(ps) - len(sep),
-            "pairs": [asdict(p) for p in ps]}
+    out = {"schedules": len(names), "spearman_all": spearman(measured, simulated),
+           "same_order_all": [names[k] for k in np.argsort(measured)] == [names[k] for k in np.argsort(simulated)],
+           "separated_chain": chain,
+           "spearman_separated_chain": spearman([measured[k] for k in idx], [simulated[k] for k in idx]),
+           "separated_pairs_same_order": sum(p.same_order for p in sep), "separated_pairs": len(sep),
+           "noise_pairs_same_order": sum(p.same_order for p in ps if not p.separated),
+           "noise_pairs": len(ps) - len(sep),
+           "pairs": [asdict(p) for p in ps]}
+    if samples is not None:
+        psep = [p for p in ps if p.separated_paired]
+        out.update(paired_separated_pairs=len(psep),
+                   paired_separated_same_order=sum(p.same_order_paired for p in psep),
+                   paired_noise_pairs_same_order=sum(p.same_order_paired for p in ps if not p.separated_paired),
+                   paired_all_same_order=sum(p.same_order_paired for p in ps))
+    return out
