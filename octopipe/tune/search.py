@@ -19,6 +19,7 @@ from octopipe.schedule.table import loop_placement, v_placement
 from octopipe.tune.attribution import from_list_result
 from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
 from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.layout_bound import layout_bound
 from octopipe.tune.moves import neighbours, perturb
 
 
@@ -48,6 +49,9 @@ class SearchOutcome:
     evaluations: int = 0
     iterations: int = 0
     stop_reason: str = ""
+    # no schedule of `best`'s partition and placement is shorter (octopipe.tune.layout_bound):
+    # when it equals best_makespan, only the layout (or splitting a layer) can do better
+    layout_bound_s: float = math.nan
 
 
 def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
@@ -174,7 +178,8 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             since_best += 1
         if on_progress is not None:
             on_progress(time.perf_counter() - t0, best_ms, it)
-    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop)
+    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop,
+                         layout_bound(problem, best).makespan_s)
 
 
 def raise_infeasible(problem: Problem) -> None:
