@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
-from octopipe.cost.from_file import (ProfileOptions, describe, load_preset, model_from_profile,
-                                     profile_cost_table)
+from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, describe, label_parts,
+                                     load_preset, profile_cost_table, type_means)
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.shard import SPLIT_DIM
@@ -191,6 +191,31 @@ def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float
     return float(simulate(plan, costs, cluster).makespan)
 
 
+def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
+    """Which profile rows may split and the share of each that cannot.
+
+    A row may split when one of its label parts is an MLP, MoE or LM head (`octopipe.model.shard`
+    splits those exactly); the other parts (attention, Mamba, embedding) stay whole with the
+    first piece. Shares come from the type means of F + B (`type_means`), so a GPT block with
+    the head folded in (`T+H`) keeps mean(T) whole and splits the inferred head time.
+    """
+    kinds = {**DEFAULT_LABEL_KINDS, **dict(profile.label_kinds)}
+    labels = profile.labels or tuple("" for _ in range(costs.n_layers))
+    total = (costs.f + costs.i + costs.w)[:, 0]
+    means = type_means(total, labels) if profile.labels else {}
+    ok, fixed = [], []
+    for lab in labels:
+        parts = label_parts(lab) if lab else ()
+        split = [p for p in parts if kinds.get(p) in {k.value for k in SPLIT_DIM}]
+        if not split or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
+            ok.append(False)
+            fixed.append(0.0)
+            continue
+        ok.append(True)
+        fixed.append(sum(means[p] for p in parts if p not in split) / sum(means[p] for p in parts))
+    return ok, fixed
+
+
 def tuner_available() -> bool:
     try:
         from octopipe.tune import tune  # noqa: F401
@@ -200,14 +225,15 @@ def tuner_available() -> bool:
 
 
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: Mapping[str, Any],
-                       solver_cfg: Mapping[str, Any], seed: int,
-                       splittable: Sequence[bool] = ()) -> tuple[Plan, float, CostTable] | None:
+                       solver_cfg: Mapping[str, Any], seed: int, splittable: Sequence[bool] = (),
+                       fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable] | None:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
     profile's rows, or them split into pieces); None when no tuner is installed.
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
-    n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (HEAD, MLP, MoE rows;
-    a piece's time is the row's divided evenly, since pieces were not measured).
+    n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (rows with an MLP,
+    MoE or head part; pieces were not measured: they share the splittable part of the row
+    evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
     """
     if not tuner_available():
         return None
@@ -216,7 +242,7 @@ def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg
     splittable = list(splittable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=dict(tuner_cfg),
                   solver_cfg=dict(solver_cfg), seed=seed, model=case.profile,
-                  splitter=row_splitter(costs, splittable))
+                  splitter=row_splitter(costs, splittable, fixed))
     return result.plan, float(result.tuner_seconds), result.costs
 
 
@@ -391,10 +417,10 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
             res.outcomes.append(evaluate(case, name, plan, costs, cluster))
         if res.tuner:
-            prof = load_preset(case.profile)
-            splittable = [x.kind in SPLIT_DIM for x in model_from_profile(prof).layers] \
-                if exp.get("split_layers", True) else []
-            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed, splittable)
+            splittable, fixed = (split_shares(load_preset(case.profile), costs)
+                                 if exp.get("split_layers", True) else ([], None))
+            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed, splittable,
+                                       fixed)
             if tuned is not None:
                 plan, seconds, plan_costs = tuned
                 key = (case.profile, case.devices, case.microbatches)

@@ -35,19 +35,16 @@ class LayerSplitter:
         """Pieces per heavy layer (empty when no splittable layer exceeds the share)."""
         return choose_counts(layer_work, self.splittable, n_devices, max_share, self.max_pieces)
 
-    def choose(self, layer_work: Sequence[float], n_devices: int, max_share: float,
-               gain: float = 0.01) -> dict[int, int]:
-        """The split worth searching: among no split and pieces capped at `max_share`, half and a
-        quarter of it, the one with the fewest pieces whose packing onto the devices (`_max_stage`)
-        is within `gain` of the most balanced one. Heavy layers are not the only
-        reason to split: 26 equal MoE layers on 8 devices leave one device 4 of them, 17% over
-        the even share, which half-layers cut to 2%."""
-        w = np.asarray(layer_work, dtype=np.float64)
-        options = [{}] + [self.counts(w, n_devices, max_share * f) for f in (1.0, 0.5, 0.25)]
-        scores = [_max_stage(w, c, n_devices) for c in options]
-        best = min(scores)
-        ok = [(sum(c.values()), j) for j, c in enumerate(options) if scores[j] <= best * (1 + gain)]
-        return options[min(ok)[1]]
+    def options(self, layer_work: Sequence[float], n_devices: int,
+                max_share: float) -> list[dict[int, int]]:
+        """Splits worth comparing: none, and pieces capped at `max_share`, half and a quarter of it
+        (distinct ones, fewest pieces first)."""
+        out: list[dict[int, int]] = [{}]
+        for f in (1.0, 0.5, 0.25):
+            c = self.counts(layer_work, n_devices, max_share * f)
+            if c not in out:
+                out.append(c)
+        return out
 
 
 def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
@@ -58,17 +55,21 @@ def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable])
     return LayerSplitter(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
 
 
-def row_splitter(costs: CostTable, splittable: Sequence[bool]) -> LayerSplitter:
-    """Split measured rows evenly (at most `MAX_ROW_PIECES` pieces per row)."""
+def row_splitter(costs: CostTable, splittable: Sequence[bool],
+                 fixed: Sequence[float] | None = None) -> LayerSplitter:
+    """Split measured rows (at most `MAX_ROW_PIECES` pieces per row); `fixed[i]` is the share of
+    row i that cannot split (a composite's attention part) and stays with its first piece."""
     ok = tuple(bool(x) for x in splittable)
     return LayerSplitter(ok, tuple(MAX_ROW_PIECES if x else 1 for x in ok),
-                         lambda counts: split_rows(costs, counts), "rows")
+                         lambda counts: split_rows(costs, counts, fixed), "rows")
 
 
-def split_rows(costs: CostTable, counts: Mapping[int, int]) -> CostTable:
-    """`costs` with row i divided into `counts[i]` equal pieces.
+def split_rows(costs: CostTable, counts: Mapping[int, int],
+               fixed: Sequence[float] | None = None) -> CostTable:
+    """`costs` with row i divided into `counts[i]` pieces: the first holds the row's fixed share
+    (`fixed[i]`, default 0) plus an equal part of the rest, the others an equal part each.
 
-    Times, memory, parameters and FLOPs divide evenly; a piece that is not the last sends a
+    Times, memory, parameters and FLOPs divide this way; a piece that is not the last sends a
     carry about twice the layer's boundary tensor (an MLP piece passes the residual sum and the
     norm output; a head piece the norm output and two statistics per token), so its out_bytes
     are twice the larger of the row's own and its predecessor's.
@@ -76,6 +77,10 @@ def split_rows(costs: CostTable, counts: Mapping[int, int]) -> CostTable:
     n = costs.n_layers
     idx = shard_map(n, counts)
     k = np.array([int(counts.get(i, 1)) for i in range(n)], dtype=np.float64)[idx]
+    fix = np.zeros(n) if fixed is None else np.clip(np.asarray(fixed, dtype=np.float64), 0.0, 1.0)
+    first = np.ones(len(idx), dtype=bool)
+    first[1:] = idx[1:] != idx[:-1]
+    share = np.where(first, fix[idx], 0.0) + (1.0 - fix[idx]) / k
     last = np.ones(len(idx), dtype=bool)
     last[:-1] = idx[1:] != idx[:-1]
     prev_out = np.concatenate([[0.0], costs.out_bytes[:-1]])
@@ -89,7 +94,7 @@ def split_rows(costs: CostTable, counts: Mapping[int, int]) -> CostTable:
         if a is None:
             return None
         a = np.asarray(a, dtype=np.float64)[idx]
-        return a / (k[:, None] if a.ndim == 2 else k)
+        return a * (share[:, None] if a.ndim == 2 else share)
 
     return CostTable(names, costs.kinds, div(costs.f), div(costs.i), div(costs.w),
                      div(costs.act_bytes), div(costs.static_bytes), out, div(costs.params),
@@ -106,12 +111,11 @@ def map_sizes(sizes: Sequence[int], counts: Mapping[int, int]) -> tuple[int, ...
     return tuple(out)
 
 
-def _max_stage(work: np.ndarray, counts: Mapping[int, int], n_devices: int) -> float:
-    """The busiest device when the pieces of `work` split by `counts` are packed longest first
-    onto the least-loaded device (LPT): the balance a search with several stages per device
-    can reach, at most 4/3 of the optimum packing."""
-    k = np.array([int(counts.get(i, 1)) for i in range(len(work))], dtype=np.float64)
-    w = np.sort(np.repeat(work / k, k.astype(np.int64)))[::-1]
+def packed_max(work: Sequence[float], n_devices: int) -> float:
+    """The busiest device when layers of `work` are packed longest first onto the least-loaded
+    device (LPT): about the balance a search with several stages per device reaches (LPT is
+    within 4/3 of the best packing)."""
+    w = np.sort(np.asarray(work, dtype=np.float64))[::-1]
     if len(w) < n_devices:
         return float("inf")
     load = [(0.0, d) for d in range(n_devices)]

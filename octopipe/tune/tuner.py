@@ -28,7 +28,7 @@ from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
 from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.search import SearchConfig, search
-from octopipe.tune.split import LayerSplitter, map_sizes
+from octopipe.tune.split import LayerSplitter, map_sizes, packed_max
 
 
 JOINT_ILP_MAX_CELLS = 1024
@@ -229,10 +229,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     base = run_baselines(whole, model) if baselines else []
     problem, counts = whole, {}
     if splitter is not None and cfg.split_layers == "auto":
-        counts = splitter.choose(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
-        if counts:
-            problem = Problem.build(splitter.costs_for(counts), cluster, n_devices, n_microbatches,
-                                    semantics)
+        problem, counts = _choose_split(whole, splitter, cfg.split_share)
     start_cands = [_on_split(as_candidate(b), counts) for b in base if b.feasible]
     start_cands += [_on_split(c, counts) for c in starts]
     shard_meta = {"shards": {int(k): int(v) for k, v in counts.items()},
@@ -302,6 +299,26 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     return TuneResult(chosen.plan, chosen.sim, chosen, history, base,
                       time.perf_counter() - t0, whole.lower_bound(), tokens,
                       on.layer_bound(), stats, ilp_info, on.costs, dict(counts))
+
+
+def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
+                  gain: float = 0.01) -> tuple[Problem, dict]:
+    """The split worth searching: of `splitter.options`, the fewest pieces whose bound is within
+    `gain` of the lowest. A split's bound is the larger of its layer bound (the heaviest piece
+    with the fill before it and the drain after it) and its pieces packed onto the devices (LPT),
+    so both kinds of gap count: an LM head heavier than a device's share, and 26 equal MoE
+    layers on 8 devices, where one device must take 4 (23% over the share; thirds: 2.6%)."""
+    D, M = whole.n_devices, whole.n_microbatches
+    work = whole.layer_work().min(axis=1)
+    scored = []
+    for counts in splitter.options(work, D, max_share):
+        pb = whole if not counts else Problem.build(splitter.costs_for(counts), whole.cluster, D, M,
+                                                    whole.semantics)
+        bound = max(pb.layer_bound(), M * packed_max(pb.layer_work().min(axis=1), D))
+        scored.append((bound, sum(counts.values()), pb, counts))
+    best = min(b for b, _, _, _ in scored)
+    _, _, pb, counts = min((s for s in scored if s[0] <= best * (1 + gain)), key=lambda s: s[1])
+    return pb, counts
 
 
 def _on_split(cand: Candidate, counts: dict) -> Candidate:

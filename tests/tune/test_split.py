@@ -6,7 +6,8 @@ import pytest
 from octopipe.cost.table import CostTable
 from octopipe.schedule.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
-from octopipe.tune import tune
+from octopipe.tune import Problem, tune
+from octopipe.tune.tuner import _choose_split
 from octopipe.tune.split import map_sizes, row_splitter, split_rows
 
 from .helpers import free_cluster
@@ -63,15 +64,24 @@ def test_split_plan_round_trips_and_resimulates(tmp_path):
             assert res.makespan_s <= b.makespan_s * (1 + 1e-9)
 
 
-def test_choose_splits_for_granularity_only_where_it_pays():
+def test_choice_splits_for_granularity_only_where_it_pays():
     # 26 equal layers on 8 devices (even share 3.25): whole layers leave one device 4 (+23%),
-    # halves 3.5 (+7.7%), thirds 10/3 (+2.6%); the splitter takes thirds though no layer
-    # exceeds the cap (half a share = 1.625)
-    costs = CostTable.uniform(26)
+    # halves 3.5 (+7.7%), thirds 10/3 (+2.6%); the tuner takes thirds though no layer exceeds
+    # the cap (half a share = 1.625)
+    cl = free_cluster(8, memory_bytes=2**34, latency=0.0, bandwidth=1e15)
+    costs = CostTable.uniform(26, static_bytes=1.0)
     sp = row_splitter(costs, [True] * 26)
-    w = np.ones(26)
-    assert sp.counts(w, 8, 0.5) == {}
-    counts = sp.choose(w, 8, 0.5)
+    assert sp.counts(np.ones(26), 8, 0.5) == {}
+    _, counts = _choose_split(Problem.build(costs, cl, 8, 64), sp, 0.5)
     assert counts == {i: 3 for i in range(26)}
     # 32 equal layers on 8 devices balance exactly: nothing to gain, nothing split
-    assert row_splitter(CostTable.uniform(32), [True] * 32).choose(np.ones(32), 8, 0.5) == {}
+    c32 = CostTable.uniform(32)
+    pb, counts = _choose_split(Problem.build(c32, cl, 8, 64), row_splitter(c32, [True] * 32), 0.5)
+    assert counts == {} and pb.costs is c32
+
+
+def test_fixed_share_stays_with_the_first_piece():
+    c = head_heavy()
+    s = split_rows(c, {8: 3}, fixed=[0.0] * 8 + [0.4])
+    assert s.f[8:11, 0] == pytest.approx(c.f[8, 0] * np.array([0.6, 0.2, 0.2]))
+    assert s.f.sum() == pytest.approx(c.f.sum())
