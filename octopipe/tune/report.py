@@ -54,6 +54,8 @@ def aggregate(cases: list[dict]) -> dict:
         "geomean_speedup_vs_best_baseline": geomean(col(het, "speedup_vs_best_baseline")),
         "min_speedup_vs_best_baseline": min(col(het, "speedup_vs_best_baseline"), default=None),
         "mean_efficiency_vs_lower_bound": (sum(col(ok, "efficiency_vs_lower_bound")) / len(ok)) if ok else None,
+        "mean_efficiency_vs_lower_bound_heterogeneous":
+            (sum(col(het, "efficiency_vs_lower_bound")) / len(het)) if het else None,
         "mean_efficiency_vs_layer_bound": (sum(col(ok, "efficiency_vs_layer_bound")) / len(ok)) if ok else None,
         "mean_efficiency_by_pp": {p: sum(col(rows, "efficiency_vs_lower_bound")) / len(rows)
                                   for p in sorted({c.get("pp") for c in ok})
