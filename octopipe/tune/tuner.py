@@ -43,7 +43,8 @@ class TunerConfig:
     smt_max_actions: int = 32768   # larger tables rely on the simulator's deadlock detection
     ilp: bool = True               # start from the ILP partition + placement
     polish_s: float = 2.0          # seconds of row moves on the best table (full simulator)
-    split_layers: str = "auto"     # auto: split layers heavier than split_share of a device's share
+    split_layers: str = "auto"     # auto: the split with the best bound (fewest pieces on ties);
+                                   # force: every splittable layer above split_share; off: none
     split_share: float = 0.5
 
     @classmethod
@@ -52,8 +53,8 @@ class TunerConfig:
             return cls()
         get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
         split = str(get("split_layers", "auto"))
-        if split not in ("auto", "off"):
-            raise ConfigError(f"tuner.split_layers={split!r}: valid: auto, off")
+        if split not in ("auto", "force", "off"):
+            raise ConfigError(f"tuner.split_layers={split!r}: valid: auto, force, off")
         share = get("split_share", 0.5)
         if isinstance(share, bool) or not isinstance(share, (int, float)) or share <= 0:
             raise ConfigError(f"tuner.split_share={share!r}: must be a positive number "
@@ -230,6 +231,11 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     problem, counts = whole, {}
     if splitter is not None and cfg.split_layers == "auto":
         problem, counts = _choose_split(whole, splitter, cfg.split_share)
+    elif splitter is not None and cfg.split_layers == "force":
+        counts = splitter.counts(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
+        if counts:
+            problem = Problem.build(splitter.costs_for(counts), cluster, n_devices, n_microbatches,
+                                    semantics)
     start_cands = [_on_split(as_candidate(b), counts) for b in base if b.feasible]
     start_cands += [_on_split(c, counts) for c in starts]
     shard_meta = {"shards": {int(k): int(v) for k, v in counts.items()},

@@ -100,7 +100,8 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
     cfg = OmegaConf.create({
         "pp": 2, "microbatches": 2, "seed": 0, "schedule": {"name": "octopipe", "file": None},
-        "tuner": {"time_budget_s": 3, "ilp": False, "polish_s": 0, "split_share": 0.05},
+        "tuner": {"time_budget_s": 3, "ilp": False, "polish_s": 0, "split_share": 0.05,
+                  "split_layers": "force"},
         "cost": {"source": "profiled", "device": "cpu", "repeats": 1, "warmup": 0,
                  "cache_dir": str(tmp_path / "cache")}})
     costs, cluster = _costs(cfg, model, "real", 2)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
 from octopipe.schedule.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
 from octopipe.tune import Problem, tune
@@ -85,3 +86,17 @@ def test_fixed_share_stays_with_the_first_piece():
     s = split_rows(c, {8: 3}, fixed=[0.0] * 8 + [0.4])
     assert s.f[8:11, 0] == pytest.approx(c.f[8, 0] * np.array([0.6, 0.2, 0.2]))
     assert s.f.sum() == pytest.approx(c.f.sum())
+
+
+def test_split_modes_force_and_off_and_bad_values():
+    costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=0.0, bandwidth=1e15)
+    sp = row_splitter(costs, [True] * 9)
+    forced = tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "force", "split_share": 0.1},
+                  baselines=False, splitter=sp)
+    assert forced.split_counts == sp.counts(np.asarray((costs.f + costs.i + costs.w)[:, 0]), 4, 0.1)
+    off = tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "off"}, baselines=False, splitter=sp)
+    assert off.split_counts == {} and off.costs is costs
+    with pytest.raises(ConfigError, match="tuner.split_layers='always': valid: auto, force, off"):
+        tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "always"}, splitter=sp)
+    with pytest.raises(ConfigError, match="tuner.split_share"):
+        tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_share": 0}, splitter=sp)
