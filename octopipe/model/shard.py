@@ -43,14 +43,6 @@ def shard_span(x: LayerSpec) -> tuple[int, int]:
     return n * x.shard // x.shards, n * (x.shard + 1) // x.shards
 
 
-def shard_fraction(x: LayerSpec) -> float:
-    """The share of the split dimension piece `x` holds (1.0 for an unsplit layer)."""
-    if x.shards == 1:
-        return 1.0
-    lo, hi = shard_span(x)
-    return (hi - lo) / getattr(x, SPLIT_DIM[x.kind])
-
-
 def is_first(x: LayerSpec) -> bool:
     return x.shard == 0
 

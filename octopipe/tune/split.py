@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cost.table import CostTable
-from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map
+from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map, shardable
 from octopipe.model.spec import ModelSpec
 
 MAX_ROW_PIECES = 8
@@ -50,7 +50,7 @@ class LayerSplitter:
 def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
     """Split `model`'s HEAD, MLP and MoE layers; `costs_of` prices the split model."""
     from octopipe.model.shard import shard_model
-    ok = tuple(x.kind in SPLIT_DIM and x.shards == 1 for x in model.layers)
+    ok = tuple(shardable(x) for x in model.layers)
     cap = tuple(getattr(x, SPLIT_DIM[x.kind]) if x.kind in SPLIT_DIM else 1 for x in model.layers)
     return LayerSplitter(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
 
@@ -78,11 +78,9 @@ def split_rows(costs: CostTable, counts: Mapping[int, int],
     idx = shard_map(n, counts)
     k = np.array([int(counts.get(i, 1)) for i in range(n)], dtype=np.float64)[idx]
     fix = np.zeros(n) if fixed is None else np.clip(np.asarray(fixed, dtype=np.float64), 0.0, 1.0)
-    first = np.ones(len(idx), dtype=bool)
-    first[1:] = idx[1:] != idx[:-1]
-    share = np.where(first, fix[idx], 0.0) + (1.0 - fix[idx]) / k
-    last = np.ones(len(idx), dtype=bool)
-    last[:-1] = idx[1:] != idx[:-1]
+    starts = np.concatenate([[True], idx[1:] != idx[:-1]])     # the first piece of each row
+    last = np.concatenate([starts[1:], [True]])
+    share = np.where(starts, fix[idx], 0.0) + (1.0 - fix[idx]) / k
     prev_out = np.concatenate([[0.0], costs.out_bytes[:-1]])
     carry = 2.0 * np.maximum(costs.out_bytes, prev_out)[idx]
     out = np.where(last, costs.out_bytes[idx], carry)

@@ -233,11 +233,12 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
         problem, counts = _choose_split(whole, splitter, cfg.split_share)
     elif splitter is not None and cfg.split_layers == "force":
         counts = splitter.counts(whole.layer_work().min(axis=1), n_devices, cfg.split_share)
-        if counts:
-            problem = Problem.build(splitter.costs_for(counts), cluster, n_devices, n_microbatches,
-                                    semantics)
+        problem = _split_problem(whole, splitter, counts)
     start_cands = [_on_split(as_candidate(b), counts) for b in base if b.feasible]
     start_cands += [_on_split(c, counts) for c in starts]
+    def problem_of(plan: Plan) -> Problem:        # split plans index the split model's layers
+        return problem if "shards" in plan.meta else whole
+
     shard_meta = {"shards": {int(k): int(v) for k, v in counts.items()},
                   "split_names": {int(k): costs.layer_names[k] for k in counts},
                   "split_costs": splitter.source} if counts else {}
@@ -277,8 +278,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     if finals and finals[0].feasible and cfg.polish_s > 0 and not finals[0].plan.table.is_lowered:
         top = finals[0]
         left = cfg.search.time_budget_s - (time.perf_counter() - t0)
-        on = problem if "shards" in top.plan.meta else whole
-        plan, sim, moves = advance_into_bubbles(on, top.plan, top.sim, min(cfg.polish_s, max(0.0, left)))
+        plan, sim, moves = advance_into_bubbles(problem_of(top.plan), top.plan, top.sim,
+                                                min(cfg.polish_s, max(0.0, left)))
         if moves:
             plan = replace(plan, meta={**plan.meta, "row_moves": moves})
             finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
@@ -301,10 +302,18 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     stats = {"evaluations": outcome.evaluations, "iterations": outcome.iterations,
              "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
              "search_budget_s": budget}
-    on = problem if "shards" in chosen.plan.meta else whole
+    on = problem_of(chosen.plan)
     return TuneResult(chosen.plan, chosen.sim, chosen, history, base,
                       time.perf_counter() - t0, whole.lower_bound(), tokens,
                       on.layer_bound(), stats, ilp_info, on.costs, dict(counts))
+
+
+def _split_problem(whole: Problem, splitter: LayerSplitter, counts: dict) -> Problem:
+    """`whole` with its layers split by `counts` (itself when nothing splits)."""
+    if not counts:
+        return whole
+    return Problem.build(splitter.costs_for(counts), whole.cluster, whole.n_devices,
+                         whole.n_microbatches, whole.semantics)
 
 
 def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
@@ -318,8 +327,7 @@ def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
     work = whole.layer_work().min(axis=1)
     scored = []
     for counts in splitter.options(work, D, max_share):
-        pb = whole if not counts else Problem.build(splitter.costs_for(counts), whole.cluster, D, M,
-                                                    whole.semantics)
+        pb = _split_problem(whole, splitter, counts)
         bound = max(pb.layer_bound(), M * packed_max(pb.layer_work().min(axis=1), D))
         scored.append((bound, sum(counts.values()), pb, counts))
     best = min(b for b, _, _, _ in scored)

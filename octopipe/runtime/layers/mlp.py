@@ -43,6 +43,12 @@ class MLP(nn.Module):
         return x + self.ffn(self.norm(x))
 
 
+def top_k_route(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax router → the k chosen experts per token and their renormalized weights."""
+    weight, chosen = torch.softmax(logits, dim=-1).topk(k, dim=-1)
+    return weight / weight.sum(-1, keepdim=True), chosen
+
+
 class MoE(nn.Module):
     """Pre-norm residual MoE: softmax router, top-k experts (weights renormalized), plus
     always-on shared experts. Tokens are gathered per expert, so compute scales with top_k."""
@@ -60,9 +66,7 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
         y = self.norm(x)
         flat = y.reshape(-1, y.shape[-1])
-        probs = torch.softmax(self.router(flat), dim=-1)
-        weight, chosen = probs.topk(self.top_k, dim=-1)
-        weight = weight / weight.sum(-1, keepdim=True)
+        weight, chosen = top_k_route(self.router(flat), self.top_k)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
             token, slot = (chosen == e).nonzero(as_tuple=True)

@@ -31,7 +31,7 @@ from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.shard import is_first, is_last, shard_span
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.layers.mlp import FeedForward
+from octopipe.runtime.layers.mlp import FeedForward, top_k_route
 
 
 class _Piece(nn.Module):
@@ -110,10 +110,9 @@ class MoEPiece(_Piece):
             if shared and self.first else None
 
     def _route(self, flat: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(self.router(flat), dim=-1)
-        weight, chosen = probs.topk(self.top_k, dim=-1)
-        weight = weight / weight.sum(-1, keepdim=True)
-        return torch.zeros_like(probs).scatter(1, chosen, weight)
+        logits = self.router(flat)
+        weight, chosen = top_k_route(logits, self.top_k)
+        return torch.zeros_like(logits).scatter(1, chosen, weight)
 
     def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
         h, n_exp = self.spec.hidden, self.spec.experts
