@@ -55,21 +55,23 @@ class ReferenceResult:
 
 
 def reference_run(model: ModelSpec, n_microbatches: int, seed: int = 0, iterations: int = 1,
-                  lr: float = 0.0) -> ReferenceResult:
+                  lr: float = 0.0, device: str | torch.device = "cpu") -> ReferenceResult:
     """Single-process training on the same micro-batches: the loss is the mean over
-    micro-batches; with lr > 0, an SGD step follows each iteration."""
-    full = StageModule(model, 0, model.n_layers, seed)
+    micro-batches; with lr > 0, an SGD step follows each iteration. Gradients come back on the CPU."""
+    device = torch.device(device)
+    full = StageModule(model, 0, model.n_layers, seed).to(device)
     opt = torch.optim.SGD(full.parameters(), lr=lr) if lr > 0 else None
     losses, grads = [], {}
     for it in range(iterations):
         full.zero_grad(set_to_none=True)
         total = 0.0
         for m in range(n_microbatches):
-            loss = full(None, microbatch(model, seed, it, m))
+            batch = {k: v.to(device) for k, v in microbatch(model, seed, it, m).items()}
+            loss = full(None, batch)
             (loss / n_microbatches).backward()
             total += loss.item()
         losses.append(total / n_microbatches)
-        grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        grads = {n: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu"))
                  for n, p in full.named_parameters()}
         if opt is not None:
             opt.step()
