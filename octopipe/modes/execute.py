@@ -11,23 +11,34 @@ of the split model, which starts from the unsplit model's weights (so its loss i
 
 Model: `runtime.compute=real` builds the layers, so a model too large for this machine would not
 fit: with `runtime.model=auto` (the default) a model above `runtime.max_params` parameters is
-replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one. The
-simulator then gets costs calibrated in situ (`runtime.calibrate=true`, the default; see
-octopipe/runtime/insitu.py): before the plans run, one separate launch of a calibration table (1F1B
-with half its backwards split into I and W) on the same ranks, backend and threads measures
-F, I, W and B of every stage; per-layer costs fitted from it (on the `cost=profiled` layer
-profile's shape, durations referred to a core of their own and stretched again where ranks share
-the machine's cores) give `simulated_iteration_s`. The offline profile's prediction stays in
-`simulated_profiled_iteration_s` / `fidelity_error_profiled`; `runtime.calibrate=false` (or fewer
-than 2 micro-batches) predicts from the profile alone. The loopback link is measured too.
+replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one.
+
+Pinning: `runtime.pin=auto` (the default) pins rank r to the r-th core (modulo the cores this
+process may use, `octopipe.runtime.cores.pin_map`) where the platform can (Linux); `true` insists,
+`false` leaves placement to the OS. Pinned ranks run every launch, calibration and measured
+alike, on their cores, and the fit and the prediction count concurrency per core.
+
+Calibration: the simulator gets costs calibrated in situ (`runtime.calibrate=true`, the default;
+see octopipe/runtime/insitu.py). Before the plans run, one separate launch per partition the
+schedules use measures F, I, W and B of every stage on the same ranks, backend, threads and
+cores: a schedule with `c` stages per rank on an even layer split (1F1B, GPipe, ZB-H1: c=1;
+interleaved, ZB-V: c=2) is predicted from `calibration_table(n, m, chunks=c)` (1F1B, or
+interleaved 1F1B for c > 1, with half its backwards split into I and W) run on that very
+partition; any other partition (a tuned plan's) from the c=1 calibration's per-layer fit, which
+spreads each calibrated stage over its layers in the `cost=profiled` profile's shape. Durations
+are referred to a core of their own and stretched again where ranks share cores; that gives
+`simulated_iteration_s`, and each schedule's summary names its `calibration`. The offline
+profile's prediction stays in `simulated_profiled_iteration_s` / `fidelity_error_profiled`;
+`runtime.calibrate=false` (or fewer than 2 micro-batches) predicts from the profile alone. The
+loopback link is measured too.
 `runtime.compute=emulated` keeps the selected model: every action sleeps its modelled time
 (cost=analytic/file/profiled, scaled to `runtime.emulate_step_s`) while messages of the modelled
-sizes really travel, so 8-16 ranks fit on two cores.
+sizes really travel, so 8-16 ranks fit on two cores; its ranks are never pinned.
 
 Writes trace.json (the measured run: a track per rank, transfers as flows; one trace_<name>.json
 per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
-grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error and a
-`schedules` entry per schedule. `simulated_replay_iteration_s` / `fidelity_error_replay`
+grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error, `pinned`
+(each rank's core, or null), the `calibrations` run and a `schedules` entry per schedule. `simulated_replay_iteration_s` / `fidelity_error_replay`
 re-simulate with each stage's F/I/W/B times observed in the measured iterations: on a shared,
 loaded CPU this separates the simulator's model of the schedule (dependencies, transfers,
 dispatch) from the drift between offline profiling and the contended run.
@@ -150,9 +161,26 @@ def _cost_table(cfg: Any, model, compute: str, cluster):
     return profiled_costs(cost_cfg, model, cluster)
 
 
-def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int, iterations: int,
-                 console: Console):
-    """The in-situ calibration for `plan`'s ranks and micro-batches, or None (see the docstring)."""
+def rank_cores(cfg: Any, n: int, compute: str) -> tuple[int, ...] | None:
+    """Each rank's core under `runtime.pin` (auto | true | false), or None when ranks are not
+    pinned; emulated compute never pins (its ranks sleep)."""
+    from octopipe.runtime.cores import can_pin, core_ids, pin_map
+    pin = _opt(cfg, "pin", "auto")
+    choice = str(pin).lower()
+    if choice not in ("auto", "true", "false"):
+        raise ConfigError(f"runtime.pin={pin!r}: choose auto, true or false")
+    if choice == "true" and not can_pin():
+        raise ConfigError("runtime.pin=true: this platform cannot pin a process to a core "
+                          "(no os.sched_setaffinity); use runtime.pin=auto or false")
+    if choice == "false" or compute != "real" or not can_pin():
+        return None
+    return pin_map(n, core_ids())
+
+
+def _calibration(cfg: Any, model, costs, plan: Plan, chunks: int, dispatch: str, warmup: int,
+                 iterations: int, pinned: tuple[int, ...] | None, console: Console):
+    """The in-situ calibration with `chunks` stages per rank for `plan`'s ranks and micro-batches,
+    or None (see the docstring)."""
     from octopipe.runtime.cores import available_cores
     from octopipe.runtime.insitu import calibrate
     if not bool(_opt(cfg, "calibrate", True)):
@@ -163,14 +191,17 @@ def _calibration(cfg: Any, model, costs, plan: Plan, dispatch: str, warmup: int,
                       "(it needs 2); predicting from cost=profiled alone[/yellow]")
         return None
     cal, _ = calibrate(model, costs, n, m, dispatch=dispatch, iterations=iterations, warmup=warmup,
-                       seed=int(cfg.get("seed", 0)), cores=available_cores(),
+                       seed=int(cfg.get("seed", 0)), cores=available_cores(), pinned=pinned, chunks=chunks,
                        timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
+    console.print(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
+                  f"load {cal.background:.3f} cores")
     return cal
 
 
 def run(cfg, out_dir: Path) -> dict:
     from octopipe.run import write_json
-    from octopipe.runtime.fidelity import compare
+    from octopipe.runtime.fidelity import launch, summarise
+    from octopipe.runtime.insitu import calibration_chunks
     from octopipe.plan import plan_model
     from octopipe.runtime.trace import chrome_trace
     from octopipe.schedule.plan_io import save_plan
@@ -188,29 +219,46 @@ def run(cfg, out_dir: Path) -> dict:
     iterations, warmup = int(_opt(cfg, "iterations", 3)), int(_opt(cfg, "warmup", 1))
     if iterations < 1 or warmup < 0:
         raise ConfigError("runtime.iterations must be >= 1 and runtime.warmup >= 0")
+    rank_cores(cfg, int(cfg.pp), compute)       # a bad runtime.pin fails before any work
     model = choose_model(cfg, console)
     costs, sim_cluster = _costs(cfg, model, compute, int(cfg.pp))
     plans = _plans(cfg, model, costs, sim_cluster, compute)
-    inputs: dict = {}       # per model the plans run (split layers or not): (costs, calibration)
-    rows, per = [], {}
-    for plan in plans:
+    pins = [rank_cores(cfg, plan.table.n_devices, compute) for plan in plans]
+    pinned = pins[0]
+    console.print(f"ranks pinned to cores {list(pinned)}" if pinned else "ranks not pinned")
+    # per model the plans run (split layers or not) its costs; per (model, ranks, stages per rank)
+    # a calibration, all launched before the measured runs
+    model_costs: dict = {}
+    calibrations: dict = {}
+    keys = []
+    for plan, pin in zip(plans, pins):
         run_model = plan_model(model, plan)
-        if run_model not in inputs:
-            run_costs = costs if run_model is model else _cost_table(cfg, run_model, compute, sim_cluster)
+        if run_model not in model_costs:
             if run_model is not model:
                 console.print(f"plan {plan.table.name}: layers split as meta shards={plan.meta['shards']} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
-            cal = _calibration(cfg, run_model, run_costs, plan, dispatch, warmup, iterations, console) \
+            model_costs[run_model] = costs if run_model is model else \
+                _cost_table(cfg, run_model, compute, sim_cluster)
+        key = (run_model, plan.table.n_devices, calibration_chunks(plan))
+        if key not in calibrations:
+            calibrations[key] = _calibration(cfg, run_model, model_costs[run_model], plan, key[2], dispatch,
+                                             warmup, iterations, pin, console) \
                 if compute == "real" else None
-            inputs[run_model] = (run_costs, cal)
-        run_costs, calibration = inputs[run_model]
-        c = compare(run_model, plan, run_costs, sim_cluster, calibration=calibration, compute=compute, dispatch=dispatch,
-                    iterations=iterations, warmup=warmup, seed=int(cfg.get("seed", 0)),
-                    lr=float(_opt(cfg, "lr", 0.0)), grad_check=bool(_opt(cfg, "grad_check", True)),
-                    step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
-                    max_message_bytes=float(_opt(cfg, "max_message_bytes", 262144)),
-                    timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
-        per[c.schedule] = c.summary()
+        keys.append(key)
+    rows, per = [], {}
+    kw = dict(compute=compute, dispatch=dispatch, iterations=iterations, warmup=warmup,
+              seed=int(cfg.get("seed", 0)), lr=float(_opt(cfg, "lr", 0.0)),
+              step_s=float(_opt(cfg, "emulate_step_s", 0.01)),
+              max_message_bytes=float(_opt(cfg, "max_message_bytes", 262144)))
+    for plan, key, pin in zip(plans, keys, pins):
+        run_model, calibration = key[0], calibrations[key]
+        result = launch(run_model, plan, model_costs[run_model], sim_cluster, cpus=pin,
+                        timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
+                        **kw)
+        c = summarise(run_model, plan, [result], model_costs[run_model], sim_cluster, calibration=calibration,
+                      grad_check=bool(_opt(cfg, "grad_check", True)), **kw)
+        per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
+                           "pinned": list(pin) if pin else None}
         rows.append(c)
         trace = chrome_trace(c.result.events, list(range(warmup, warmup + iterations)))
         name = "trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json"
@@ -222,7 +270,7 @@ def run(cfg, out_dir: Path) -> dict:
     t = Table(title=f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {compute} compute, "
                     f"{dispatch}, {plans[0].table.n_microbatches} micro-batches")
     for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error", "profiled error",
-                "replay sim s/iter", "replay error", "grad max rel err"):
+                "replay sim s/iter", "replay error", "grad max rel err", "calibration"):
         t.add_column(col)
     for c in rows:
         g = "-" if c.grad_check_max_rel_err is None else f"{c.grad_check_max_rel_err:.2e}"
@@ -230,10 +278,10 @@ def run(cfg, out_dir: Path) -> dict:
             (f"{c.simulated_replay_s:.4f}", f"{100 * c.fidelity_error_replay:.1f}%")
         prof = "-" if c.fidelity_error_profiled is None else f"{100 * c.fidelity_error_profiled:.1f}%"
         t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
-                  f"{100 * c.fidelity_error:.1f}%", prof, *replay, g)
+                  f"{100 * c.fidelity_error:.1f}%", prof, *replay, g, per[c.schedule]["calibration"] or "-")
     console.print(t)
     first = rows[0]
-    calibration = inputs[plan_model(model, plans[0])][1]
+    calibration = calibrations[keys[0]]
     shards = plans[0].meta.get("shards")
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     return {"model": model.name, "compute": compute, "dispatch": dispatch, "backend": backend,
@@ -246,7 +294,9 @@ def run(cfg, out_dir: Path) -> dict:
             ("profiled" if compute == "real" else "modelled"),
             "simulated_profiled_iteration_s": first.simulated_profiled_s,
             "fidelity_error_profiled": first.fidelity_error_profiled,
+            "pinned": list(pinned) if pinned else None,
             "calibration": calibration.summary() if calibration is not None else None,
+            "calibrations": [cal.summary() for cal in calibrations.values() if cal is not None],
             "simulated_replay_iteration_s": first.simulated_replay_s,
             "fidelity_error_replay": first.fidelity_error_replay,
             "grad_check_max_rel_err": max(errs) if errs else None,

@@ -14,6 +14,7 @@ concurrency in its group in the simulated timeline, stretch its duration, simula
 from __future__ import annotations
 
 import os
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +31,11 @@ def core_ids() -> list[int]:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:      # not on Linux
         return list(range(os.cpu_count() or 1))
+
+
+def can_pin() -> bool:
+    """Whether this platform can pin a process to cores (Linux's os.sched_setaffinity)."""
+    return sys.platform.startswith("linux") and hasattr(os, "sched_setaffinity")
 
 
 def pin_map(n_ranks: int, cores: Sequence[int]) -> tuple[int, ...]:

@@ -15,11 +15,14 @@ has no input gradient, so the runtime's I there does nothing and its W does the 
 the fit reads that stage's I + W as its split backward and `costs_for` moves the first stage's
 I into its W.
 
-The calibration run is never one of the runs being predicted.
+The calibration run is never one of the runs being predicted. Schedules of `c` stages per rank
+(interleaved, ZB-V) are predicted from a calibration of their own partition (`calibration_chunks`:
+`calibration_table(n, m, chunks=c)` on the same uniform partition), since the profile's shape
+misjudges how a stage's time splits between its layers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -61,6 +64,20 @@ def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1, split
         rows.append(tuple(out))
     name = f"calibration-{base}" + (f"-x{chunks}" if chunks > 1 else "") + ("" if split % 2 else "-even")
     return ScheduleTable(tuple(rows), table.placement, m, name)
+
+
+def calibration_chunks(plan) -> int:
+    """Stages per rank of the calibration run that predicts `plan`: `c` when its table has `c`
+    stages on each of its ranks and its layers split evenly over them (`uniform_partition`), so the
+    calibration (`calibration_table(n, m, chunks=c)` on that partition) runs the very stages
+    predicted; 1 for any other partition, which takes its stage sums from the 1-chunk
+    calibration's per-layer fit (the profile's shape within each calibrated stage)."""
+    from octopipe.plan import uniform_partition
+    n, stages = plan.table.n_devices, plan.table.n_stages
+    partition = tuple((int(lo), int(hi)) for lo, hi in plan.partition)
+    if stages % n == 0 and partition == uniform_partition(partition[-1][1], stages):
+        return stages // n
+    return 1
 
 
 def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int],
@@ -132,6 +149,7 @@ class Calibration:
     cores: float | None = None     # None: the times as observed; else per-core times (`cores.py`)
     background: float = 0.0
     pinned: tuple[int, ...] | None = None   # each rank's core when ranks are pinned
+    name: str = ""                  # the calibration table that was run (`calibrate` sets it)
 
     def predict(self, plan, base: CostTable, cluster, dispatch: str) -> float:
         """Simulated iteration time of `plan` from these costs (and, with `cores`, shared cores)."""
@@ -166,7 +184,7 @@ class Calibration:
                          flops=base.flops, tokens_per_microbatch=base.tokens_per_microbatch)
 
     def summary(self) -> dict:
-        return {"partition": [list(p) for p in self.partition], "cores": self.cores,
+        return {"name": self.name, "partition": [list(p) for p in self.partition], "cores": self.cores,
                 "background_load": self.background, "pinned": self.pinned,
                 "observed_stage_s": {str(s): d for s, d in self.observed.items()}}
 
@@ -226,18 +244,20 @@ def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int
 def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict", rounds: int = 1,
               iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
               pinned: Sequence[int] | None = None, timeout_s: float = 300,
-              stall_s: float = 30) -> tuple[Calibration, list]:
-    """Run `calibration_table(n, m)` on `n` real ranks (`rounds` separate launches of `warmup` +
-    `iterations` iterations) and fit per-layer costs (`fit_run`) from the pooled measured
-    iterations; `pinned[rank]` pins each rank to that core. Returns the calibration and each
-    launch's ExecutionResult."""
+              stall_s: float = 30, chunks: int = 1) -> tuple[Calibration, list]:
+    """Run `calibration_table(n, m, chunks=chunks)` on `n` real ranks (`rounds` separate launches of
+    `warmup` + `iterations` iterations, the split backward on odd micro-batches in even rounds and
+    on even ones in odd rounds) and fit per-layer costs (`fit_run`) from the pooled measured
+    iterations; `pinned[rank]` pins each rank to that core. Returns the calibration (named for
+    its table) and each launch's ExecutionResult."""
     from octopipe.plan import uniform_partition
     from octopipe.runtime.launch import execute
-    table = calibration_table(n, m)
-    partition = uniform_partition(model.n_layers, table.n_stages)
-    results = [execute(model, partition, table, dispatch=dispatch, compute="real",
+    tables = [calibration_table(n, m, chunks=chunks, split=split) for split in (1, 0)]
+    partition = uniform_partition(model.n_layers, tables[0].n_stages)
+    results = [execute(model, partition, tables[r % 2], dispatch=dispatch, compute="real",
                        iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
                        cpus=None if pinned is None else tuple(pinned))
-               for _ in range(rounds)]
+               for r in range(rounds)]
     events = [ev for r in results for ev in r.events]
-    return fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned), results
+    cal = fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned)
+    return replace(cal, name=tables[0].name), results

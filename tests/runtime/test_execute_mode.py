@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from octopipe.cluster import Link
 from octopipe.cost.table import CostTable
 from octopipe.plan import Plan, uniform_partition
@@ -15,19 +17,33 @@ from octopipe.schedule.library import build_schedule
 
 
 def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
+    """1F1B and ZB-V side by side on 2 pinned ranks: each predicted from the calibration of its
+    own partition (1 and 2 stages per rank), both launched with the ranks on their cores."""
+    from octopipe.runtime.cores import can_pin, core_ids, pin_map
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
-         "runtime.model=tiny_moe", "runtime.iterations=1", "runtime.warmup=1",
+         "runtime.model=tiny_moe", "runtime.iterations=1", "runtime.warmup=1", "runtime.schedules=[1f1b,zbv]",
          "cost=profiled", "cost.repeats=1", "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}",
          f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "tiny_moe" and summary["grad_check_max_rel_err"] <= 1e-5
     assert summary["measured_iteration_s"] > 0 and summary["simulated_iteration_s"] > 0
-    assert summary["fidelity_error"] >= 0 and "1f1b" in summary["schedules"]
+    assert summary["fidelity_error"] >= 0 and set(summary["schedules"]) == {"1f1b", "zbv"}
     assert summary["cost_inputs"] == "calibrated" and summary["simulated_profiled_iteration_s"] > 0
     assert set(summary["calibration"]["observed_stage_s"]["1"]) == {"F", "I", "W", "B"}
+    pinned = list(pin_map(2, core_ids())) if can_pin() else None
+    assert summary["pinned"] == pinned
+    one, two = summary["schedules"]["1f1b"], summary["schedules"]["zbv"]
+    assert one["calibration"] == "calibration-1f1b" and two["calibration"] == "calibration-interleaved-x2"
+    assert one["pinned"] == two["pinned"] == pinned
+    cals = {c["name"]: c for c in summary["calibrations"]}
+    assert set(cals) == {"calibration-1f1b", "calibration-interleaved-x2"}
+    assert cals["calibration-1f1b"]["partition"] == [[0, 5], [5, 10]]
+    assert cals["calibration-interleaved-x2"]["partition"] == [list(p) for p in uniform_partition(10, 4)]
+    assert all(c["pinned"] == pinned for c in cals.values())
+    assert set(cals["calibration-interleaved-x2"]["observed_stage_s"]["3"]) == {"F", "I", "W", "B"}
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
     tracks = {e["tid"] for e in trace if e["ph"] == "X" and e.get("cat") in ("F", "B")}
     flows = [e for e in trace if e["ph"] in ("s", "f")]
@@ -39,6 +55,35 @@ def test_unknown_runtime_choices_exit_with_one_line(tmp_path):
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "runtime.dispatch='eager'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
+    from omegaconf import OmegaConf
+
+    from octopipe.errors import ConfigError
+    from octopipe.modes.execute import rank_cores
+    from octopipe.runtime.cores import can_pin, core_ids
+    cfg = lambda pin: OmegaConf.create({"runtime": {"pin": pin}})
+    cores = core_ids()
+    expected = tuple(cores[r % len(cores)] for r in range(5)) if can_pin() else None
+    assert rank_cores(cfg("auto"), 5, "real") == expected
+    assert rank_cores(cfg(False), 5, "real") is None
+    assert rank_cores(cfg("auto"), 5, "emulated") is None
+    if can_pin():
+        assert rank_cores(cfg(True), 5, "real") == expected
+    with pytest.raises(ConfigError, match=r"runtime\.pin='sometimes'"):
+        rank_cores(cfg("sometimes"), 2, "real")
+
+
+def test_each_schedule_is_calibrated_on_its_own_stages_per_rank():
+    """Even layer splits of c stages per rank take the chunks=c calibration; any other partition
+    (a tuned plan's) the 1-chunk one."""
+    from octopipe.runtime.insitu import calibration_chunks
+    for name, chunks in (("1f1b", 1), ("gpipe", 1), ("zbh1", 1), ("interleaved", 2), ("zbv", 2)):
+        table = build_schedule(name, 2, 4)
+        assert calibration_chunks(Plan(uniform_partition(10, table.n_stages), table)) == chunks, name
+    table = build_schedule("zbv", 2, 4)
+    assert calibration_chunks(Plan(((0, 1), (1, 5), (5, 8), (8, 10)), table)) == 1
 
 
 def test_emulated_eight_ranks_track_the_simulator():
@@ -59,7 +104,8 @@ def test_emulated_eight_ranks_track_the_simulator():
 
 def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
     """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
-    mode=execute runs the split model and its gradients pass the check."""
+    mode=execute runs the split model and its gradients pass the check; runtime.pin=false leaves
+    the ranks unpinned."""
     from omegaconf import OmegaConf
 
     from octopipe.model.build import build_model
@@ -77,13 +123,15 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
          "runtime.model=tiny_hybrid", f"schedule.file={tmp_path / 'plan.json'}", "runtime.iterations=1",
-         "runtime.warmup=0", "runtime.calibrate=false", "cost=profiled", "cost.repeats=1",
+         "runtime.warmup=0", "runtime.calibrate=false", "runtime.pin=false", "cost=profiled", "cost.repeats=1",
          "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"],
         capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["split_layers"] == {"11": 3, "2": 2}
     assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0
+    assert summary["pinned"] is None and summary["schedules"]["1f1b"]["pinned"] is None
+    assert summary["cost_inputs"] == "profiled" and summary["schedules"]["1f1b"]["calibration"] is None
     saved = json.loads((out / "plan.json").read_text())
     assert saved["meta"]["shards"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15
 
