@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.control import Control, Failure
+from octopipe.runtime.transport import choose_transport
 from octopipe.runtime.worker import Fault, RankJob, rank_main
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import validate
@@ -137,15 +138,21 @@ def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatc
             compute: str = "real", iterations: int = 1, seed: int = 0, lr: float = 0.0,
             durations: dict | None = None, message_elems: dict | None = None, backend: str = "gloo",
             timeout_s: float = 120.0, stall_s: float = 30.0, fault: Fault | None = None,
-            cpus: tuple[int, ...] | None = None) -> ExecutionResult:
+            cpus: tuple[int, ...] | None = None, transport: str = "auto",
+            device: str = "auto") -> ExecutionResult:
     """Run `table` with `partition` on one process per device and return what was measured.
 
     `compute="emulated"` needs `durations[stage] = (f, i, w)` seconds and `message_elems[stage]`
     (float32 elements sent after the stage); `compute="real"` builds the model's layers.
     `cpus[rank]` pins each rank to one core (Linux; None leaves the OS to place them).
+    `transport`: `tagged` (a tag per message; gloo only), `ordered` (per-pair groups, canonical
+    posting order; what NCCL needs) or `auto` (ordered for nccl, tagged for gloo). `device`:
+    `cpu`, `cuda` (with gloo, several ranks may share one GPU; messages are staged through the
+    CPU) or `auto` (cuda for nccl, cpu for gloo).
     """
     if dispatch not in ("strict", "ready_first"):
         raise ScheduleError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
+    choose_transport(backend, transport, device)
     if compute not in ("real", "emulated"):
         raise ScheduleError(f"runtime.compute={compute!r}: choose real or emulated")
     if compute == "real" and model is None:
@@ -162,7 +169,7 @@ def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatc
         job = RankJob(model, tuple(tuple(p) for p in partition), compute_table, world,
                       f"tcp://127.0.0.1:{free_port()}", backend, dispatch, compute, iterations, seed, lr,
                       dict(durations or {}), dict(message_elems or {}), tmp, fault,
-                      cpus=tuple(cpus or ()))
+                      cpus=tuple(cpus or ()), transport=transport, device=device)
         procs = [ctx.Process(target=rank_main, args=(r, job, control), name=f"octopipe-rank{r}")
                  for r in range(world)]
         for p in procs:

@@ -5,6 +5,10 @@ machines): every rank loads the same plan JSON and model preset and runs its row
         -m octopipe.runtime.torchrun --plan runs/.../plan.json --model tiny_hybrid \\
         --backend nccl --iterations 3 --out runs/torchrun
 
+`--transport auto` picks `ordered` for nccl (NCCL matches messages by posting order) and `tagged`
+for gloo; `--device auto` picks cuda for nccl and cpu for gloo (gloo with `--device cuda` stages
+messages through the CPU, so several ranks may share a GPU).
+
 torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the plan's table must have
 WORLD_SIZE rows. A plan whose meta splits layers (`shards`) runs the preset with them split.
 Each rank writes rank<R>.pt (losses, gradients, timed events) under --out.
@@ -26,18 +30,24 @@ def main(argv: list[str] | None = None) -> None:
     from octopipe.runtime.control import TorchrunControl
     from octopipe.runtime.launch import check_job
     from octopipe.plan import plan_model
+    from octopipe.runtime.transport import choose_transport
     from octopipe.runtime.worker import RankJob, rank_main
     from octopipe.schedule.plan_io import load_plan
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", required=True)
     ap.add_argument("--model", required=True, help="model preset name (conf/model/<name>.yaml)")
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--transport", default="auto", choices=["auto", "tagged", "ordered"],
+                    help="auto: ordered for nccl, tagged for gloo")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="auto: cuda for nccl, cpu for gloo; gloo with cuda stages messages through the CPU")
     ap.add_argument("--dispatch", default="ready_first", choices=["strict", "ready_first"])
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--lr", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/torchrun")
     args = ap.parse_args(argv)
+    choose_transport(args.backend, args.transport, args.device)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     plan = load_plan(args.plan)
     model = plan_model(build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")), plan)
@@ -47,7 +57,8 @@ def main(argv: list[str] | None = None) -> None:
                             f"set --nnodes x --nproc-per-node = {table.n_devices}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     job = RankJob(model, plan.partition, table, world, "env://", args.backend, args.dispatch, "real",
-                  args.iterations, args.seed, args.lr, result_dir=args.out)
+                  args.iterations, args.seed, args.lr, result_dir=args.out, transport=args.transport,
+                  device=args.device)
     rank_main(rank, job, TorchrunControl())
 
 

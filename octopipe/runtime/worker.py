@@ -2,6 +2,8 @@
 
 Dispatch `strict` runs the row in order; `ready_first` treats the row as a ranking and runs
 the first action whose inputs are present. Stages on the same rank hand tensors over in memory.
+Messages to other ranks go through the `tagged` or `ordered` transport (transport.py); the
+ordered one posts each pair's messages in the order `pair_orders` gives.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.layers import carry_shape
-from octopipe.runtime.transport import BWD, FWD, Key, Transport
+from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Transport, choose_transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
 
@@ -58,10 +60,52 @@ class RankJob:
     fault: Fault | None = None
     threads: int = 1
     cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
+    transport: str = "auto"         # tagged | ordered | auto (ordered for nccl, tagged for gloo)
+    device: str = "auto"            # cpu | cuda | auto (cuda for nccl, cpu for gloo)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
     return table.device_of(stage, mb)
+
+
+def produced_message(table: ScheduleTable, a: Action) -> tuple[Key, int] | None:
+    """The message action `a` sends on and the rank that holds its consumer (maybe its own)."""
+    s, m = a.stage, a.microbatch
+    if a.kind is ActionKind.F and s + 1 < table.n_stages:
+        return Key(s + 1, m, FWD), owner(table, s + 1, m)
+    if a.kind in (ActionKind.B, ActionKind.I) and s > 0:
+        return Key(s - 1, m, BWD), owner(table, s - 1, m)
+    return None
+
+
+def pair_orders(table: ScheduleTable) -> dict[tuple[int, int], list[Key]]:
+    """For each ordered pair of ranks (src, dst) that exchange messages in one iteration, the
+    messages src sends to dst in the order src's row produces them: the canonical order in
+    which both ends post them on the `ordered` transport."""
+    compute = table.compact().compute_only()
+    orders: dict[tuple[int, int], list[Key]] = {}
+    for src in range(compute.n_devices):
+        for a in compute.actions(src):
+            msg = produced_message(compute, a)
+            if msg is not None and msg[1] != src:
+                orders.setdefault((src, msg[1]), []).append(msg[0])
+    return orders
+
+
+def pair_groups(orders: dict[tuple[int, int], list[Key]]) -> dict[tuple[int, int], object]:
+    """A process group per ordered pair, created by every rank in the same sorted order (torch
+    requires it), then used once by its two ranks in that same global order, so that NCCL's lazy
+    communicator set-up (blocking on both ends) happens before any receive is left pending."""
+    groups = {pair: dist.new_group(sorted(pair)) for pair in sorted(orders)}
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    for (src, dst), group in groups.items():
+        if rank == src:
+            dist.send(torch.zeros(1, device=device), dst=dst, group=group)
+        elif rank == dst:
+            dist.recv(torch.zeros(1, device=device), src=src, group=group)
+    return groups
 
 
 def replica_groups(table: ScheduleTable) -> dict[int, tuple[tuple[int, ...], object]]:
@@ -107,14 +151,18 @@ class Rank:
         self.job, self.rank, self.control = job, rank, control
         self.table = job.table
         self.row = job.table.compact().compute_only().actions(rank)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if job.backend == "nccl" \
+        self.transport_kind, device = choose_transport(job.backend, job.transport, job.device)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" \
             else torch.device("cpu")
+        self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
         if job.compute == "emulated":
             self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
         else:
             self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
                                        job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
         self.groups = replica_groups(job.table)
+        self.orders = pair_orders(job.table)
+        self.pair_groups = pair_groups(self.orders) if self.transport_kind == "ordered" else {}
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() else None
         self.events: list[dict] = []
@@ -159,19 +207,19 @@ class Rank:
         key = self._input_key(a)
         x = None
         if key is not None:
-            x = local.pop(key) if key in local else self.transport.inbox.pop(key)
-        s, m, n_s = a.stage, a.microbatch, self.table.n_stages
+            x = local.pop(key) if key in local else self.transport.take(key)
+        s, m = a.stage, a.microbatch
+        out = None
         if a.kind is ActionKind.F:
             out = self.compute.forward(s, m, x)
-            if s + 1 < n_s:
-                self._deliver(Key(s + 1, m, FWD), out, owner(self.table, s + 1, m), it)
         elif a.kind is ActionKind.W:
             self.compute.backward_weight(s, m)
         else:
             fn = self.compute.backward if a.kind is ActionKind.B else self.compute.backward_input
-            grad = fn(s, m, x)
-            if s > 0:
-                self._deliver(Key(s - 1, m, BWD), grad, owner(self.table, s - 1, m), it)
+            out = fn(s, m, x)
+        msg = produced_message(self.table, a)
+        if msg is not None:
+            self._deliver(msg[0], out, msg[1], it)
 
     def _deliver(self, key: Key, tensor: torch.Tensor, dst: int, it: int) -> None:
         if dst == self.rank:
@@ -193,7 +241,12 @@ class Rank:
             raise Aborted()
 
     def iteration(self, it: int) -> None:
-        self.transport = Transport(self.rank, self.table.n_stages, self.table.n_microbatches, self.device)
+        n_s, n_m = self.table.n_stages, self.table.n_microbatches
+        if self.transport_kind == "ordered":
+            self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, self.pair_groups, self.orders,
+                                              self.comm_device, poll=self.job.backend == "nccl")
+        else:
+            self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device)
         self.compute.start_iteration(it)
         self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
         self._local: dict[Key, torch.Tensor] = {}
@@ -215,8 +268,9 @@ class Rank:
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter()})
-        for key, dst, t, nbytes in self.transport.sent:
-            self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes})
+        for key, dst, t, nbytes, held in self.transport.sent:
+            self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
+                                "held": held})
         for key, t in self.transport.inbox.arrivals.items():
             self.events.append({"it": it, "recv": tuple(key), "end": t})
         self.control.report(self.rank, it, len(self.row), -1, waiting=False)
@@ -228,7 +282,7 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
     if job.cpus:
         os.sched_setaffinity(0, {job.cpus[rank]})
     try:
-        if job.backend == "nccl":
+        if choose_transport(job.backend, job.transport, job.device)[1] == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
         worker = Rank(job, rank, control)
