@@ -270,7 +270,7 @@ def run(cfg, out_dir: Path) -> dict:
     t = Table(title=f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {compute} compute, "
                     f"{dispatch}, {plans[0].table.n_microbatches} micro-batches")
     for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error", "profiled error",
-                "replay sim s/iter", "replay error", "grad max rel err", "calibration"):
+                "replay sim s/iter", "replay error", "grad max rel err"):
         t.add_column(col)
     for c in rows:
         g = "-" if c.grad_check_max_rel_err is None else f"{c.grad_check_max_rel_err:.2e}"
@@ -278,8 +278,11 @@ def run(cfg, out_dir: Path) -> dict:
             (f"{c.simulated_replay_s:.4f}", f"{100 * c.fidelity_error_replay:.1f}%")
         prof = "-" if c.fidelity_error_profiled is None else f"{100 * c.fidelity_error_profiled:.1f}%"
         t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
-                  f"{100 * c.fidelity_error:.1f}%", prof, *replay, g, per[c.schedule]["calibration"] or "-")
+                  f"{100 * c.fidelity_error:.1f}%", prof, *replay, g)
     console.print(t)
+    if any(d["calibration"] for d in per.values()):
+        console.print("simulated from: " + ", ".join(f"{name} <- {d['calibration'] or 'cost=profiled'}"
+                                                     for name, d in per.items()))
     first = rows[0]
     calibration = calibrations[keys[0]]
     shards = plans[0].meta.get("shards")
