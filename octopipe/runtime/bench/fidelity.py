@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="real compute: sequences per micro-batch (the preset has 2; more makes compute "
                          "outweigh the per-action overheads)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="real-compute rank counts")
+    ap.add_argument("--model", default="tiny_hybrid", help="real-compute model preset")
+    ap.add_argument("--emulated-ranks", type=int, default=8, help="emulated-compute rank count")
     ap.add_argument("--schedules", nargs="+", default=list(REAL), help="real-compute schedules")
     ap.add_argument("--no-pin", action="store_true", help="leave rank placement on cores to the OS")
     ap.add_argument("--quiet-load", type=float, default=1.0,
@@ -261,12 +263,13 @@ def main(argv: list[str] | None = None) -> dict:
         return {"verdicts": rejudge(args.rejudge)}
     groups = []
     if not args.skip_emulated:
-        groups.append(emulated("nemotron_h_8b", "h100_1x8", 8, 16, args.dispatch, args.iterations))
+        cluster = "h100_1x8" if args.emulated_ranks <= 8 else "h100_4x8"
+        groups.append(emulated("nemotron_h_8b", cluster, args.emulated_ranks, 16, args.dispatch, args.iterations))
     if not args.skip_real:
         for n in args.ranks:
             print(f"\nreal compute, {n} ranks:", flush=True)
             quiet = wait_for_quiet(args.quiet_load, args.quiet_wait)
-            groups.append(real("tiny_hybrid", n, args.microbatches, args.dispatch, args.iterations,
+            groups.append(real(args.model, n, args.microbatches, args.dispatch, args.iterations,
                                not args.cached_profile, args.rounds, args.warmup, args.micro_batch_size,
                                not args.no_pin, tuple(args.schedules), quiet))
     doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "argv": sys.argv[1:] if argv is None else argv,
