@@ -161,6 +161,10 @@ def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatc
         raise ScheduleError("compute=emulated needs a modelled (f, i, w) duration for every stage")
     compute_table = check_job(model, partition, table)
     world = table.n_devices
+    if backend == "nccl" and torch.cuda.device_count() < world:
+        raise ScheduleError(f"backend=nccl needs a GPU per rank: the table has {world} ranks and this machine "
+                            f"{torch.cuda.device_count()} GPU(s), and NCCL refuses two ranks on one GPU; use "
+                            f"backend=gloo with device=cuda to share GPUs")
     if cpus is not None and len(cpus) != world:
         raise ScheduleError(f"cpus lists {len(cpus)} cores but the table has {world} ranks; give one core per rank")
     ctx = _context()

@@ -119,3 +119,13 @@ def test_execute_rejects_bad_choices_before_starting_ranks():
     if not torch.cuda.is_available():
         with pytest.raises(ScheduleError, match="device=cuda but CUDA is not available"):
             execute(model, part, table, device="cuda")
+
+
+def test_local_nccl_needs_a_gpu_per_rank(monkeypatch):
+    """Seen on one H200: two NCCL ranks on one GPU fail with 'Duplicate GPU detected'; the
+    launcher says so before starting any rank."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model = tiny.dense(1)
+    with pytest.raises(ScheduleError, match="backend=nccl needs a GPU per rank: the table has 2 ranks"):
+        execute(model, uniform_partition(model.n_layers, 2), build_schedule("1f1b", 2, 2), backend="nccl")
