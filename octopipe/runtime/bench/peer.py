@@ -71,13 +71,16 @@ def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: st
     mbs = [microbatch(model, 0, 0, j) for j in range(m)]
     ids = torch.cat([b["ids"] for b in mbs])
     target = torch.cat([b["targets"] for b in mbs])
+    held = set(table.stages_of(rank))
+    args = (ids,) if 0 in held else ()                  # inputs only where stage 0 lives,
+    kwargs = {"target": target} if table.n_stages - 1 in held else {}   # targets where the loss is
     marks = []
     for _ in range(iterations):
         for st in stages:
             st.submod.zero_grad(set_to_none=True)
         dist.barrier()
         t0 = time.perf_counter()
-        sched.step(ids, target=target)
+        sched.step(*args, **kwargs)
         marks.append((t0, time.perf_counter()))
     Path(out, f"torch{rank}.json").write_text(json.dumps(marks))
     dist.barrier()
