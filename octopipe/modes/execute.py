@@ -35,6 +35,11 @@ loopback link is measured too.
 (cost=analytic/file/profiled, scaled to `runtime.emulate_step_s`) while messages of the modelled
 sizes really travel, so 8-16 ranks fit on two cores; its ranks are never pinned.
 
+Ranks and links: `runtime.backend` gloo (default) or nccl (a GPU per rank), `runtime.device`
+(auto: cuda with nccl, else cpu; `cuda` with gloo lets several ranks share one GPU, messages staged
+through host memory) and `runtime.transport` (auto: `ordered` with nccl, which matches messages by
+order, `tagged` with gloo); `cost=profiled` measures the layers on that same device.
+
 Writes trace.json (the measured run: a track per rank, transfers as flows; one trace_<name>.json
 per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
 grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error, `pinned`
@@ -158,7 +163,19 @@ def _cost_table(cfg: Any, model, compute: str, cluster):
         return costs
     cost_cfg = cfg.cost if str(OmegaConf.select(cfg, "cost.source", default="")) == "profiled" \
         else OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
+    cost_cfg = OmegaConf.merge(cost_cfg, {"device": rank_links(cfg)[2]})   # measured where the ranks compute
     return profiled_costs(cost_cfg, model, cluster)
+
+
+def rank_links(cfg: Any) -> tuple[str, str, str]:
+    """(backend, transport, device) of the ranks: `runtime.backend` with `runtime.transport` and
+    `runtime.device` resolved (auto: NCCL runs the ordered transport on CUDA, gloo the tagged one on
+    the CPU; gloo with device=cuda lets several ranks share a GPU)."""
+    from octopipe.runtime.transport import choose_transport
+    backend = str(_opt(cfg, "backend", "gloo"))
+    transport, device = choose_transport(backend, str(_opt(cfg, "transport", "auto")),
+                                         str(_opt(cfg, "device", "auto")))
+    return backend, transport, device
 
 
 def rank_cores(cfg: Any, n: int, compute: str) -> tuple[int, ...] | None:
@@ -192,7 +209,8 @@ def _calibration(cfg: Any, model, costs, plan: Plan, chunks: int, dispatch: str,
         return None
     cal, _ = calibrate(model, costs, n, m, dispatch=dispatch, iterations=iterations, warmup=warmup,
                        seed=int(cfg.get("seed", 0)), cores=available_cores(), pinned=pinned, chunks=chunks,
-                       timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)))
+                       timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
+                       **dict(zip(("backend", "transport", "device"), rank_links(cfg))))
     console.print(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
                   f"load {cal.background:.3f} cores")
     return cal
@@ -208,14 +226,11 @@ def run(cfg, out_dir: Path) -> dict:
     console = Console(width=120)
     compute = str(_opt(cfg, "compute", "real"))
     dispatch = str(_opt(cfg, "dispatch", "ready_first"))
-    backend = str(_opt(cfg, "backend", "gloo"))
     if compute not in ("real", "emulated"):
         raise ConfigError(f"runtime.compute={compute!r}: choose real or emulated")
     if dispatch not in ("strict", "ready_first"):
         raise ConfigError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
-    if backend != "gloo":
-        raise ConfigError(f"runtime.backend={backend!r}: mode=execute launches local gloo ranks; "
-                          "for NCCL across GPUs launch octopipe.runtime with torchrun (README)")
+    backend, transport, device = rank_links(cfg)
     iterations, warmup = int(_opt(cfg, "iterations", 3)), int(_opt(cfg, "warmup", 1))
     if iterations < 1 or warmup < 0:
         raise ConfigError("runtime.iterations must be >= 1 and runtime.warmup >= 0")
@@ -254,7 +269,7 @@ def run(cfg, out_dir: Path) -> dict:
         run_model, calibration = key[0], calibrations[key]
         result = launch(run_model, plan, model_costs[run_model], sim_cluster, cpus=pin,
                         timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
-                        **kw)
+                        backend=backend, transport=transport, device=device, **kw)
         c = summarise(run_model, plan, [result], model_costs[run_model], sim_cluster, calibration=calibration,
                       grad_check=bool(_opt(cfg, "grad_check", True)), **kw)
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
@@ -288,6 +303,7 @@ def run(cfg, out_dir: Path) -> dict:
     shards = plans[0].meta.get("shards")
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     return {"model": model.name, "compute": compute, "dispatch": dispatch, "backend": backend,
+            "transport": transport, "device": device,
             "split_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
             "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
             "measured_iteration_s": first.measured_iteration_s,

@@ -123,11 +123,13 @@ def simulated(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: str) -> 
 def launch(model: ModelSpec | None, plan: Plan, costs: CostTable, sim_cluster: Cluster, *,
            compute: str = "real", dispatch: str = "ready_first", iterations: int = 3, warmup: int = 1,
            seed: int = 0, lr: float = 0.0, step_s: float = 0.01, max_message_bytes: float = 262144,
-           timeout_s: float = 300, stall_s: float = 30, cpus: tuple[int, ...] | None = None) -> ExecutionResult:
+           timeout_s: float = 300, stall_s: float = 30, cpus: tuple[int, ...] | None = None,
+           backend: str = "gloo", transport: str = "auto", device: str = "auto") -> ExecutionResult:
     """One launch of `plan` (`warmup` + `iterations` iterations); emulated mode sleeps `costs`
     scaled as `emulation` scales them; `cpus[rank]` pins each rank to a core."""
     kw = dict(dispatch=dispatch, compute=compute, iterations=warmup + iterations, seed=seed, lr=lr,
-              timeout_s=timeout_s, stall_s=stall_s, cpus=cpus)
+              timeout_s=timeout_s, stall_s=stall_s, cpus=cpus, backend=backend, transport=transport,
+              device=device)
     if compute == "emulated":
         _, durations, elems = emulation(plan, costs, sim_cluster, step_s, max_message_bytes)
         kw.update(durations=durations, message_elems=elems)

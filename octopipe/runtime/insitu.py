@@ -244,7 +244,8 @@ def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int
 def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict", rounds: int = 1,
               iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
               pinned: Sequence[int] | None = None, timeout_s: float = 300,
-              stall_s: float = 30, chunks: int = 1) -> tuple[Calibration, list]:
+              stall_s: float = 30, chunks: int = 1, backend: str = "gloo", transport: str = "auto",
+              device: str = "auto") -> tuple[Calibration, list]:
     """Run `calibration_table(n, m, chunks=chunks)` on `n` real ranks (`rounds` separate launches of
     `warmup` + `iterations` iterations, the split backward on odd micro-batches in even rounds and
     on even ones in odd rounds) and fit per-layer costs (`fit_run`) from the pooled measured
@@ -256,7 +257,8 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
     partition = uniform_partition(model.n_layers, tables[0].n_stages)
     results = [execute(model, partition, tables[r % 2], dispatch=dispatch, compute="real",
                        iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
-                       cpus=None if pinned is None else tuple(pinned))
+                       cpus=None if pinned is None else tuple(pinned), backend=backend, transport=transport,
+                       device=device)
                for r in range(rounds)]
     events = [ev for r in results for ev in r.events]
     cal = fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned)

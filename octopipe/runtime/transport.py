@@ -80,6 +80,9 @@ def choose_transport(backend: str, transport: str = "auto", device: str = "auto"
         raise ScheduleError("runtime.device=cpu with backend=nccl: NCCL moves CUDA tensors only; "
                             "use device=cuda (or auto), or backend=gloo for CPU ranks")
     if device == "cuda" and not (torch.cuda.is_available() if cuda_available is None else cuda_available):
+        if backend == "nccl":
+            raise ScheduleError("runtime.backend=nccl needs CUDA devices and this machine has none; "
+                                "use backend=gloo (device=cpu)")
         raise ScheduleError("runtime.device=cuda but CUDA is not available on this machine; "
                             "use device=cpu (or auto) with backend=gloo")
     return transport, device

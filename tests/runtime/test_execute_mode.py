@@ -24,11 +24,12 @@ def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
          "runtime.model=tiny_moe", "runtime.iterations=1", "runtime.warmup=1", "runtime.schedules=[1f1b,zbv]",
-         "cost=profiled", "cost.repeats=1", "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}",
-         f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=240)
+         "runtime.transport=ordered", "cost=profiled", "cost.repeats=1", "cost.warmup=0",
+         f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "tiny_moe" and summary["grad_check_max_rel_err"] <= 1e-5
+    assert (summary["backend"], summary["transport"], summary["device"]) == ("gloo", "ordered", "cpu")
     assert summary["measured_iteration_s"] > 0 and summary["simulated_iteration_s"] > 0
     assert summary["fidelity_error"] >= 0 and set(summary["schedules"]) == {"1f1b", "zbv"}
     assert summary["cost_inputs"] == "calibrated" and summary["simulated_profiled_iteration_s"] > 0
@@ -55,6 +56,19 @@ def test_unknown_runtime_choices_exit_with_one_line(tmp_path):
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "runtime.dispatch='eager'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("override,field", [("runtime.transport=fast", "runtime.transport='fast'"),
+                                            ("runtime.device=tpu", "runtime.device='tpu'"),
+                                            ("runtime.backend=nccl", "runtime.backend=nccl")])
+def test_bad_or_impossible_links_exit_with_one_line_naming_the_field(tmp_path, override, field):
+    import torch
+    if override == "runtime.backend=nccl" and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs enough for NCCL")
+    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", override,
+                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-1000:]
+    assert field in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():

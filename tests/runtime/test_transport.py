@@ -103,8 +103,10 @@ def test_transport_and_device_choices():
         choose_transport("nccl", "tagged", cuda_available=True)
     with pytest.raises(ScheduleError, match="device=cpu with backend=nccl"):
         choose_transport("nccl", "auto", "cpu", cuda_available=True)
-    with pytest.raises(ScheduleError, match="CUDA is not available"):
+    with pytest.raises(ScheduleError, match="backend=nccl needs CUDA devices and this machine has none"):
         choose_transport("nccl", cuda_available=False)
+    with pytest.raises(ScheduleError, match="device=cuda but CUDA is not available"):
+        choose_transport("gloo", "auto", "cuda", cuda_available=False)
 
 
 def test_execute_rejects_bad_choices_before_starting_ranks():

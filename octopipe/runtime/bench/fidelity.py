@@ -168,6 +168,7 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
         model = replace(model, micro_batch_size=micro_batch_size)
     cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
     cost_cfg = OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
+    cost_cfg.device = "cpu"        # where these gloo ranks compute, also on a machine with a GPU
     if fresh:
         cost_cfg.cache_dir = ""    # profile now, under the machine's present load
     costs = profiled_costs(cost_cfg, model, cluster)

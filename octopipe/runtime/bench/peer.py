@@ -119,7 +119,8 @@ def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float):
     from octopipe.tune.tuner import tune
     link = measure_loopback(cache=Path("runs/cache/loopback_link.json"))
     cluster = local_cluster(world, link)
-    costs = profiled_costs(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), model, cluster)
+    cost_cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), {"device": "cpu"})
+    costs = profiled_costs(cost_cfg, model, cluster)
     res = tune(costs, cluster, world, m, tuner_cfg={"time_budget_s": budget_s}, seed=0, model=model.name)
     return res.plan
 
