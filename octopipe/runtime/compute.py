@@ -79,7 +79,10 @@ class RealCompute:
     def _accumulate(params, grads) -> None:
         for p, g in zip(params, grads):
             if g is not None:
-                p.grad = g if p.grad is None else p.grad + g
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
 
     def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         sv = self.saved.pop((stage, mb))

@@ -5,7 +5,8 @@ plan against torch's best schedule.
 Both sides time an iteration the same way: from the barrier before it to the moment the last
 rank finished it (max over ranks of the end minus min of the start; one monotonic clock), the
 median over the measured iterations, after a warm-up iteration (torch infers shapes in its first
-step). Runs alternate between the two sides so that a busy machine slows both alike.
+step). Every round launches all of them once, in a rotated order, so that a busy machine slows each
+alike; `paired_speedup` is the median over rounds of each round's ratio.
 
     python -m octopipe.runtime.bench.peer [--ranks 2 4] [--microbatches 8] [--model tiny_hybrid]
 """
@@ -125,6 +126,53 @@ def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float):
     return res.plan
 
 
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs))
+
+
+def compare_at(model: ModelSpec, world: int, m: int, its: int, rounds: int, dispatch: str,
+               tune_budget_s: float) -> list[dict]:
+    """Every round launches each of our schedules, each of torch's and the tuned plan once, in an
+    order rotated from round to round, so load that drifts during the run falls on all of them;
+    each figure is the median of its measured iterations (the first of a launch is discarded), and
+    `paired` the median over rounds of the per-round ratio torch / ours."""
+    runs: dict[str, tuple] = {}
+    for ours_name, torch_name in PAIRS:
+        table = build_schedule(ours_name, world, m)
+        runs[ours_name] = ("ours", table, uniform_partition(model.n_layers, table.n_stages))
+        runs[torch_name] = ("torch", torch_name, None)
+    plan = tuned_plan(model, world, m, tune_budget_s) if tune_budget_s > 0 else None
+    if plan is not None:
+        runs["tuned"] = ("ours", plan.table, plan.partition)
+    names = list(runs)
+    times: dict[str, list[list[float]]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            side, what, part = runs[name]
+            got = run_ours(model, what, part, its, dispatch) if side == "ours" else run_torch(model, what, world, m, its)
+            times[name].append(got[1:])
+    med = {k: _median([x for rnd in v for x in rnd]) for k, v in times.items()}
+    paired = lambda a, b: _median([_median(tb) / _median(ta) for ta, tb in zip(times[a], times[b])])
+    rows = []
+    for ours_name, torch_name in PAIRS:
+        rows.append({"ranks": world, "schedule": ours_name, "torch_class": torch_name, "octopipe_s": med[ours_name],
+                     "torch_s": med[torch_name], "speedup": med[torch_name] / med[ours_name],
+                     "paired_speedup": paired(ours_name, torch_name)})
+        print(f"{world} ranks  {ours_name:12s} octopipe {med[ours_name]:.4f} s   torch {torch_name:24s} "
+              f"{med[torch_name]:.4f} s   torch/ours = {rows[-1]['speedup']:.2f}x "
+              f"(per round {rows[-1]['paired_speedup']:.2f}x)", flush=True)
+    if plan is not None:
+        best = min((t for _, t in PAIRS), key=lambda t: med[t])
+        rows.append({"ranks": world, "schedule": "octopipe (tuned)", "torch_class": best, "octopipe_s": med["tuned"],
+                     "torch_s": med[best], "speedup": med[best] / med["tuned"], "paired_speedup": paired("tuned", best),
+                     "partition": [list(p) for p in plan.partition], "placement": list(plan.placement),
+                     "tuned_origin": plan.meta.get("origin", "")})
+        print(f"{world} ranks  tuned plan   octopipe {med['tuned']:.4f} s   torch best {best:21s} "
+              f"{med[best]:.4f} s   torch/ours = {rows[-1]['speedup']:.2f}x (per round "
+              f"{rows[-1]['paired_speedup']:.2f}x; {rows[-1]['tuned_origin']})", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     from omegaconf import OmegaConf
 
@@ -144,36 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
     its = args.iterations + 1
     rows = []
     for world in args.ranks:
-        best_torch = None
-        for ours_name, torch_name in PAIRS:
-            table = build_schedule(ours_name, world, args.microbatches)
-            part = uniform_partition(model.n_layers, table.n_stages)
-            o, t = [], []
-            for _ in range(args.rounds):
-                o += run_ours(model, table, part, its, args.dispatch)[1:]
-                t += run_torch(model, torch_name, world, args.microbatches, its)[1:]
-            row = {"ranks": world, "schedule": ours_name, "torch_class": torch_name,
-                   "octopipe_s": float(np.median(o)), "torch_s": float(np.median(t))}
-            row["speedup"] = row["torch_s"] / row["octopipe_s"]
-            rows.append(row)
-            print(f"{world} ranks  {ours_name:12s} octopipe {row['octopipe_s']:.4f} s   torch {torch_name:24s} "
-                  f"{row['torch_s']:.4f} s   torch/ours = {row['speedup']:.2f}x", flush=True)
-            if best_torch is None or row["torch_s"] < best_torch["torch_s"]:
-                best_torch = row
-        if args.tune_budget_s > 0:
-            plan = tuned_plan(model, world, args.microbatches, args.tune_budget_s)
-            o = []
-            for _ in range(args.rounds):
-                o += run_ours(model, plan.table, plan.partition, its, args.dispatch)[1:]
-            row = {"ranks": world, "schedule": "octopipe (tuned)", "torch_class": best_torch["torch_class"],
-                   "octopipe_s": float(np.median(o)), "torch_s": best_torch["torch_s"],
-                   "partition": [list(p) for p in plan.partition], "placement": list(plan.placement),
-                   "tuned_origin": plan.meta.get("origin", "")}
-            row["speedup"] = row["torch_s"] / row["octopipe_s"]
-            rows.append(row)
-            print(f"{world} ranks  tuned plan   octopipe {row['octopipe_s']:.4f} s   torch best "
-                  f"{best_torch['torch_class']:21s} {row['torch_s']:.4f} s   torch/ours = {row['speedup']:.2f}x "
-                  f"({row['tuned_origin']})", flush=True)
+        rows += compare_at(model, world, args.microbatches, its, args.rounds, args.dispatch, args.tune_budget_s)
     doc = {"model": model.name, "microbatches": args.microbatches, "dispatch": args.dispatch,
            "backend": "gloo", "cores": os.cpu_count(), "rows": rows}
     out = Path(args.out)
