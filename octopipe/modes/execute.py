@@ -21,11 +21,12 @@ alike, on their cores, and the fit and the prediction count concurrency per core
 Calibration: the simulator gets costs calibrated in situ (`runtime.calibrate=true`, the default;
 see octopipe/runtime/insitu.py). Before the plans run, one separate launch per partition the
 schedules use measures F, I, W and B of every stage on the same ranks, backend, threads and
-cores: a schedule with `c` stages per rank on an even layer split (1F1B, GPipe, ZB-H1: c=1;
-interleaved, ZB-V: c=2) is predicted from `calibration_table(n, m, chunks=c)` (1F1B, or
+cores: a plan with `c` stages on each rank (1F1B, GPipe, ZB-H1: c=1; interleaved, ZB-V: c=2; a
+tuned plan, even split or not) is predicted from `calibration_table(n, m, chunks=c)` (1F1B, or
 interleaved 1F1B for c > 1, with half its backwards split into I and W) run on that very
-partition; any other partition (a tuned plan's) from the c=1 calibration's per-layer fit, which
-spreads each calibrated stage over its layers in the `cost=profiled` profile's shape. Durations
+partition (`insitu.calibration_partition`); any other plan from the even one-stage-per-rank
+calibration's per-layer fit, which spreads each calibrated stage over its layers in the
+`cost=profiled` profile's shape. Durations
 are referred to a core of their own and stretched again where ranks share cores; that gives
 `simulated_iteration_s`, and each schedule's summary names its `calibration`. The offline
 profile's prediction stays in `simulated_profiled_iteration_s` / `fidelity_error_profiled`;
@@ -194,10 +195,10 @@ def rank_cores(cfg: Any, n: int, compute: str) -> tuple[int, ...] | None:
     return pin_map(n, core_ids())
 
 
-def _calibration(cfg: Any, model, costs, plan: Plan, chunks: int, dispatch: str, warmup: int,
+def _calibration(cfg: Any, model, costs, plan: Plan, partition, dispatch: str, warmup: int,
                  iterations: int, pinned: tuple[int, ...] | None, console: Console):
-    """The in-situ calibration with `chunks` stages per rank for `plan`'s ranks and micro-batches,
-    or None (see the docstring)."""
+    """The in-situ calibration on `partition` for `plan`'s ranks and micro-batches, or None (see
+    the docstring)."""
     from octopipe.runtime.cores import available_cores
     from octopipe.runtime.insitu import calibrate
     if not bool(_opt(cfg, "calibrate", True)):
@@ -208,7 +209,7 @@ def _calibration(cfg: Any, model, costs, plan: Plan, chunks: int, dispatch: str,
                       "(it needs 2); predicting from cost=profiled alone[/yellow]")
         return None
     cal, _ = calibrate(model, costs, n, m, dispatch=dispatch, iterations=iterations, warmup=warmup,
-                       seed=int(cfg.get("seed", 0)), cores=available_cores(), pinned=pinned, chunks=chunks,
+                       seed=int(cfg.get("seed", 0)), cores=available_cores(), pinned=pinned, partition=partition,
                        timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
                        **dict(zip(("backend", "transport", "device"), rank_links(cfg))))
     console.print(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
@@ -219,7 +220,7 @@ def _calibration(cfg: Any, model, costs, plan: Plan, chunks: int, dispatch: str,
 def run(cfg, out_dir: Path) -> dict:
     from octopipe.run import write_json
     from octopipe.runtime.fidelity import launch, summarise
-    from octopipe.runtime.insitu import calibration_chunks
+    from octopipe.runtime.insitu import calibration_partition
     from octopipe.plan import plan_model
     from octopipe.runtime.trace import chrome_trace
     from octopipe.schedule.plan_io import save_plan
@@ -254,7 +255,7 @@ def run(cfg, out_dir: Path) -> dict:
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = costs if run_model is model else \
                 _cost_table(cfg, run_model, compute, sim_cluster)
-        key = (run_model, plan.table.n_devices, calibration_chunks(plan))
+        key = (run_model, plan.table.n_devices, calibration_partition(plan))
         if key not in calibrations:
             calibrations[key] = _calibration(cfg, run_model, model_costs[run_model], plan, key[2], dispatch,
                                              warmup, iterations, pin, console) \

@@ -16,9 +16,9 @@ the fit reads that stage's I + W as its split backward and `costs_for` moves the
 I into its W.
 
 The calibration run is never one of the runs being predicted. Schedules of `c` stages per rank
-(interleaved, ZB-V) are predicted from a calibration of their own partition (`calibration_chunks`:
-`calibration_table(n, m, chunks=c)` on the same uniform partition), since the profile's shape
-misjudges how a stage's time splits between its layers.
+(interleaved, ZB-V) and plans with uneven stages (a tuned plan) are predicted from a calibration of
+their own partition (`calibration_partition`: `calibration_table(n, m, chunks=c)` on that
+partition), since the profile's shape misjudges how a stage's time splits between its layers.
 """
 from __future__ import annotations
 
@@ -66,18 +66,27 @@ def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1, split
     return ScheduleTable(tuple(rows), table.placement, m, name)
 
 
-def calibration_chunks(plan) -> int:
-    """Stages per rank of the calibration run that predicts `plan`: `c` when its table has `c`
-    stages on each of its ranks and its layers split evenly over them (`uniform_partition`), so the
-    calibration (`calibration_table(n, m, chunks=c)` on that partition) runs the very stages
-    predicted; 1 for any other partition, which takes its stage sums from the 1-chunk
-    calibration's per-layer fit (the profile's shape within each calibrated stage)."""
+def calibration_partition(plan) -> tuple[tuple[int, int], ...]:
+    """The partition of the calibration run that predicts `plan`: its own when it has the same
+    number of stages on each rank (the calibration table places them looped: `c` per rank, and
+    ranks are alike, so it times the very stages the plan runs, whatever their sizes); otherwise
+    the even split into one stage per rank, whose per-layer fit (the profile's shape within each
+    calibrated stage) prices the plan's stages."""
     from octopipe.plan import uniform_partition
     n, stages = plan.table.n_devices, plan.table.n_stages
     partition = tuple((int(lo), int(hi)) for lo, hi in plan.partition)
-    if stages % n == 0 and partition == uniform_partition(partition[-1][1], stages):
-        return stages // n
-    return 1
+    if stages % n == 0:
+        return partition
+    return uniform_partition(partition[-1][1], n)
+
+
+def calibration_name(table_name: str, partition: Sequence[tuple[int, int]]) -> str:
+    """The calibration table's name, with the stage sizes when the split is not even."""
+    from octopipe.plan import uniform_partition
+    partition = tuple((int(lo), int(hi)) for lo, hi in partition)
+    if partition == uniform_partition(partition[-1][1], len(partition)):
+        return table_name
+    return f"{table_name}@{'+'.join(str(hi - lo) for lo, hi in partition)}"
 
 
 def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int],
@@ -245,7 +254,7 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
               iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
               pinned: Sequence[int] | None = None, timeout_s: float = 300,
               stall_s: float = 30, chunks: int = 1, backend: str = "gloo", transport: str = "auto",
-              device: str = "auto") -> tuple[Calibration, list]:
+              device: str = "auto", partition: Sequence[tuple[int, int]] | None = None) -> tuple[Calibration, list]:
     """Run `calibration_table(n, m, chunks=chunks)` on `n` real ranks (`rounds` separate launches of
     `warmup` + `iterations` iterations, the split backward on odd micro-batches in even rounds and
     on even ones in odd rounds) and fit per-layer costs (`fit_run`) from the pooled measured
@@ -253,8 +262,13 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
     its table) and each launch's ExecutionResult."""
     from octopipe.plan import uniform_partition
     from octopipe.runtime.launch import execute
+    if partition is not None:
+        if len(partition) % n:
+            raise ValueError(f"a calibration partition needs the same stages on each of the {n} ranks; "
+                             f"got {len(partition)} stages")
+        chunks = len(partition) // n
     tables = [calibration_table(n, m, chunks=chunks, split=split) for split in (1, 0)]
-    partition = uniform_partition(model.n_layers, tables[0].n_stages)
+    partition = tuple(partition) if partition is not None else uniform_partition(model.n_layers, tables[0].n_stages)
     results = [execute(model, partition, tables[r % 2], dispatch=dispatch, compute="real",
                        iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
                        cpus=None if pinned is None else tuple(pinned), backend=backend, transport=transport,
@@ -262,4 +276,4 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
                for r in range(rounds)]
     events = [ev for r in results for ev in r.events]
     cal = fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned)
-    return replace(cal, name=tables[0].name), results
+    return replace(cal, name=calibration_name(tables[0].name, partition)), results

@@ -13,7 +13,9 @@ from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.calibrate import local_cluster
 from octopipe.runtime.fidelity import compare
 from octopipe.runtime.trace import chrome_trace
+from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
+from octopipe.schedule.table import ScheduleTable
 
 
 def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
@@ -89,15 +91,21 @@ def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
         rank_cores(cfg("sometimes"), 2, "real")
 
 
-def test_each_schedule_is_calibrated_on_its_own_stages_per_rank():
-    """Even layer splits of c stages per rank take the chunks=c calibration; any other partition
-    (a tuned plan's) the 1-chunk one."""
-    from octopipe.runtime.insitu import calibration_chunks
-    for name, chunks in (("1f1b", 1), ("gpipe", 1), ("zbh1", 1), ("interleaved", 2), ("zbv", 2)):
+def test_each_plan_is_calibrated_on_its_own_partition_when_every_rank_has_as_many_stages():
+    """c stages on each rank: the calibration runs the plan's own partition (uneven too); other
+    plans take the even one-stage-per-rank calibration."""
+    from octopipe.runtime.insitu import calibration_partition
+    for name in ("1f1b", "gpipe", "zbh1", "interleaved", "zbv"):
         table = build_schedule(name, 2, 4)
-        assert calibration_chunks(Plan(uniform_partition(10, table.n_stages), table)) == chunks, name
+        part = uniform_partition(10, table.n_stages)
+        assert calibration_partition(Plan(part, table)) == part, name
     table = build_schedule("zbv", 2, 4)
-    assert calibration_chunks(Plan(((0, 1), (1, 5), (5, 8), (8, 10)), table)) == 1
+    uneven = ((0, 1), (1, 5), (5, 8), (8, 10))
+    assert calibration_partition(Plan(uneven, table)) == uneven
+    three = ScheduleTable(((Action(0, ActionKind.F, 0), Action(2, ActionKind.F, 0), Action(2, ActionKind.B, 0),
+                            Action(0, ActionKind.B, 0)), (Action(1, ActionKind.F, 0), Action(1, ActionKind.B, 0))),
+                          (0, 1, 0), 1)
+    assert calibration_partition(Plan(((0, 2), (2, 6), (6, 10)), three)) == ((0, 5), (5, 10))
 
 
 def test_emulated_eight_ranks_track_the_simulator():

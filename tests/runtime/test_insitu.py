@@ -195,3 +195,20 @@ def test_calibration_table_splits_the_backward_of_the_chosen_parity():
         halves = {a.microbatch % 2 for row in t.rows for a in row if a.kind == ActionKind.I}
         wholes = {a.microbatch % 2 for row in t.rows for a in row if a.kind == ActionKind.B}
         assert halves == {split} and wholes == {1 - split}
+
+
+def test_calibrate_on_an_uneven_partition_times_those_very_stages():
+    """A tuned plan's uneven stages (2 per rank here) are calibrated as they are: every stage of
+    that partition shows F, I, W and B, and the name carries the stage sizes."""
+    from octopipe.runtime.insitu import calibrate, calibration_name
+    from tests.runtime import tiny
+    model = tiny.dense(2)                                   # 6 layers
+    part = ((0, 1), (1, 4), (4, 5), (5, 6))
+    profile = CostTable.uniform(model.n_layers, f=1e-3, i=1e-3, w=1e-3)
+    cal, results = calibrate(model, profile, 2, 4, iterations=1, warmup=0, partition=part, timeout_s=120)
+    assert cal.partition == part and cal.name == calibration_name("calibration-interleaved-x2", part)
+    assert cal.name.endswith("@1+3+1+1")
+    assert all(set(cal.observed[s]) == {"F", "I", "W", "B"} for s in range(1, 4))
+    assert results[0].table.n_stages == 4
+    with pytest.raises(ValueError, match="same stages on each of the 2 ranks"):
+        calibrate(model, profile, 2, 4, partition=((0, 2), (2, 4), (4, 6)))

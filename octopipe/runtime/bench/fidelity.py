@@ -32,13 +32,33 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from octopipe.plan import Plan, uniform_partition
+from octopipe.plan import Plan, partition_from_sizes, uniform_partition
 from octopipe.runtime.bench.ranking import judge, spearman, spread
 from octopipe.runtime.fidelity import Comparison, compare, launch, summarise
 from octopipe.schedule.library import build_schedule
 
 EMULATED = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipev")
 REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
+
+
+def _tuned(model, costs, cluster, n: int, m: int) -> Plan:
+    """The tuner's plan on the offline profile (10 s, whole layers): its own partition and
+    placement, so the prediction leans on per-layer costs, not on a calibrated stage."""
+    from octopipe.tune.tuner import tune
+    plan = tune(costs, cluster, n, m, tuner_cfg={"time_budget_s": 10.0, "split_layers": "off"}, seed=0,
+                model=model.name).plan
+    return Plan(plan.partition, replace(plan.table, name="tuned"), model.name, plan.cluster, plan.meta)
+
+
+def _skewed(model, costs, cluster, n: int, m: int) -> Plan:
+    """1F1B with every rank but the first holding one layer: a plan predicted (and measured) far
+    slower than the rest, so the ranking has pairs well apart."""
+    table = build_schedule("1f1b", n, m)
+    sizes = [model.n_layers - (n - 1)] + [1] * (n - 1)
+    return Plan(partition_from_sizes(sizes), replace(table, name="1f1b-skewed"), model.name)
+
+
+EXTRA = {"tuned": _tuned, "skewed": _skewed}
 
 
 def _group(name: str, rows: list[Comparison], extra: dict | None = None, per_round: int | None = None) -> dict:
@@ -162,7 +182,7 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
     from octopipe.run import CONF_DIR
     from octopipe.runtime.calibrate import local_cluster, measure_loopback
     from octopipe.runtime.cores import available_cores, core_ids, pin_map
-    from octopipe.runtime.insitu import calibration_table, fit_run
+    from octopipe.runtime.insitu import calibration_name, calibration_partition, calibration_table, fit_run
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"))
     if micro_batch_size:
         model = replace(model, micro_batch_size=micro_batch_size)
@@ -175,19 +195,21 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
     pinned = pin_map(n, core_ids()) if pin else None
     plans = []
     for name in schedules:
+        if name in EXTRA:
+            plans.append(EXTRA[name](model, costs, cluster, n, m))
+            continue
         table = build_schedule(name, n, m)
         plans.append(Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name))
     # calibration tables per partition the schedules use (same stages, looped placement), the
     # split backward on odd micro-batches in even rounds and on even ones in odd rounds
-    cal_plans: dict[int, list[Plan]] = {}
+    cal_plans: dict[tuple, list[Plan]] = {}
     for p in plans:
-        chunks = p.table.n_stages // n if p.table.n_stages % n == 0 else 1
-        if p.table.n_stages not in cal_plans:
-            cal_plans[p.table.n_stages] = [
-                Plan(uniform_partition(model.n_layers, p.table.n_stages),
-                     calibration_table(n, m, chunks=chunks, split=split), model.name) for split in (1, 0)]
+        part = calibration_partition(p)
+        if part not in cal_plans:
+            tables = [calibration_table(n, m, chunks=len(part) // n, split=split) for split in (1, 0)]
+            cal_plans[part] = [Plan(part, replace(t, name=calibration_name(t.name, part)), model.name) for t in tables]
     runs: dict[str, list] = {p.table.name: [] for p in plans}
-    cal_runs: dict[int, list] = {stages: [] for stages in cal_plans}
+    cal_runs: dict[tuple, list] = {part: [] for part in cal_plans}
     kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=warmup)
     quiet = quiet or {}
     load_start = os.getloadavg()
@@ -208,11 +230,11 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
         plain_fits[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, None)
         cal_rows.append(summarise(model, cal_plan, cal_runs[stages][::2], costs, cluster,
                                   calibration=calibrations[stages], grad_check=False, **kw))
-    rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibrations[p.table.n_stages],
+    rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibrations[calibration_partition(p)],
                       grad_check=(i == 0), **kw) for i, p in enumerate(plans)]
     plain = []
     for p, c in zip(plans, rows):
-        pred = plain_fits[p.table.n_stages].predict(replace(p, table=runs[p.table.name][0].table), costs, cluster, dispatch)
+        pred = plain_fits[calibration_partition(p)].predict(replace(p, table=runs[p.table.name][0].table), costs, cluster, dispatch)
         plain.append(abs(pred - c.measured_iteration_s) / c.measured_iteration_s)
     print(f"  load average (1, 5, 15 min) at start {tuple(round(x, 2) for x in load_start)}, "
           f"at end {tuple(round(x, 2) for x in load_end)}; {elapsed:.0f} s of launches")
@@ -250,7 +272,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="real-compute rank counts")
     ap.add_argument("--model", default="tiny_hybrid", help="real-compute model preset")
     ap.add_argument("--emulated-ranks", type=int, default=8, help="emulated-compute rank count")
-    ap.add_argument("--schedules", nargs="+", default=list(REAL), help="real-compute schedules")
+    ap.add_argument("--schedules", nargs="+", default=list(REAL),
+                    help=f"real-compute schedules (named ones, and {', '.join(EXTRA)}: the tuner's plan and "
+                         "a deliberately unbalanced 1F1B)")
     ap.add_argument("--no-pin", action="store_true", help="leave rank placement on cores to the OS")
     ap.add_argument("--quiet-load", type=float, default=1.0,
                     help="real compute: wait until the 1-minute load average is below this")
