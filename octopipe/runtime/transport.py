@@ -134,6 +134,8 @@ class Transport:
         self.rank, self.s, self.m, self.device = rank, n_stages, n_microbatches, device
         self.comm_device = comm_device or device
         self.inbox = Inbox()
+        self.inline = False      # strict dispatch: the dispatcher itself waits for each receive
+        self.posted: dict[Key, tuple] = {}
         self.sends: list[tuple[dist.Work, torch.Tensor]] = []
         self.sent: list[tuple[Key, int, float, int, bool]] = []   # key, peer, post time, bytes, held
 
@@ -161,6 +163,9 @@ class Transport:
 
     def _wait_on(self, key: Key, posted, src: int) -> None:
         work, buf = posted
+        if self.inline:
+            self.posted[key] = (work, buf, src)
+            return
         threading.Thread(target=self._wait, args=(key, work, buf, src), daemon=True,
                          name=f"recv{tuple(key)}").start()
 
@@ -172,8 +177,20 @@ class Transport:
             return
         self.inbox.put(key, buf)
 
+    def expects(self, key: Key) -> bool:
+        """Whether `take(key)` can be called now: arrived, or (inline) posted and waited for there."""
+        return key in self.inbox.items or key in self.posted
+
     def take(self, key: Key) -> torch.Tensor:
-        """An arrived message, on the compute device."""
+        """An arrived message, on the compute device; an inline receive is waited for here."""
+        if key in self.posted:
+            work, buf, src = self.posted.pop(key)
+            try:
+                work.wait()
+            except BaseException as e:  # noqa: BLE001 - a peer's failure, reported as such
+                raise ConnectionError(f"receive of {key} from rank {src} failed: {e}") from e
+            self.inbox.arrivals[key] = time.perf_counter()
+            return buf.to(self.device) if buf.device != self.device else buf
         tensor, work = self.inbox.pop(key)
         if work is not None:
             work.wait()
