@@ -58,8 +58,11 @@ def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: str, m: int,
-                iterations: int, out: str) -> None:
+                iterations: int, out: str, keep_heap: bool = False) -> None:
     import torch.distributed.pipelining as pp
+    if keep_heap:
+        from octopipe.runtime.worker import keep_heap as keep
+        keep()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     table = build_schedule({"Schedule1F1B": "1f1b", "ScheduleInterleaved1F1B": "interleaved",
@@ -88,12 +91,13 @@ def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: st
     dist.destroy_process_group()
 
 
-def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: int) -> list[float]:
+def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: int,
+              keep_heap: bool = False) -> list[float]:
     """Per-iteration wall seconds of torch's `schedule` on `world` gloo ranks."""
     ctx = _context()
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        procs = [ctx.Process(target=_torch_rank, args=(r, world, port, model, schedule, m, iterations, tmp))
+        procs = [ctx.Process(target=_torch_rank, args=(r, world, port, model, schedule, m, iterations, tmp, keep_heap))
                  for r in range(world)]
         for p in procs:
             p.start()
@@ -131,7 +135,7 @@ def _median(xs: list[float]) -> float:
 
 
 def compare_at(model: ModelSpec, world: int, m: int, its: int, rounds: int, dispatch: str,
-               tune_budget_s: float) -> list[dict]:
+               tune_budget_s: float, torch_keep_heap: bool = False) -> list[dict]:
     """Every round launches each of our schedules, each of torch's and the tuned plan once, in an
     order rotated from round to round, so load that drifts during the run falls on all of them;
     each figure is the median of its measured iterations (the first of a launch is discarded), and
@@ -149,7 +153,8 @@ def compare_at(model: ModelSpec, world: int, m: int, its: int, rounds: int, disp
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             side, what, part = runs[name]
-            got = run_ours(model, what, part, its, dispatch) if side == "ours" else run_torch(model, what, world, m, its)
+            got = run_ours(model, what, part, its, dispatch) if side == "ours" else \
+                run_torch(model, what, world, m, its, torch_keep_heap)
             times[name].append(got[1:])
     med = {k: _median([x for rnd in v for x in rnd]) for k, v in times.items()}
     paired = lambda a, b: _median([_median(tb) / _median(ta) for ta, tb in zip(times[a], times[b])])
@@ -186,15 +191,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", default="tiny_hybrid")
     ap.add_argument("--dispatch", default="strict", choices=["strict", "ready_first"])
     ap.add_argument("--tune-budget-s", type=float, default=20.0)
+    ap.add_argument("--torch-keep-heap", action="store_true",
+                    help="give torch's ranks the heap setting ours use (worker.keep_heap), to compare the "
+                         "executors alone")
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args(argv)
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
     its = args.iterations + 1
     rows = []
     for world in args.ranks:
-        rows += compare_at(model, world, args.microbatches, its, args.rounds, args.dispatch, args.tune_budget_s)
+        rows += compare_at(model, world, args.microbatches, its, args.rounds, args.dispatch, args.tune_budget_s,
+                           args.torch_keep_heap)
     doc = {"model": model.name, "microbatches": args.microbatches, "dispatch": args.dispatch,
-           "backend": "gloo", "cores": os.cpu_count(), "rows": rows}
+           "backend": "gloo", "cores": os.cpu_count(), "torch_keep_heap": args.torch_keep_heap, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "runtime_peer.json", doc)
