@@ -164,19 +164,19 @@ def _cost_table(cfg: Any, model, compute: str, cluster):
         return costs
     cost_cfg = cfg.cost if str(OmegaConf.select(cfg, "cost.source", default="")) == "profiled" \
         else OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
-    cost_cfg = OmegaConf.merge(cost_cfg, {"device": rank_links(cfg)[2]})   # measured where the ranks compute
+    cost_cfg = OmegaConf.merge(cost_cfg, {"device": rank_links(cfg)["device"]})   # measured where the ranks compute
     return profiled_costs(cost_cfg, model, cluster)
 
 
-def rank_links(cfg: Any) -> tuple[str, str, str]:
-    """(backend, transport, device) of the ranks: `runtime.backend` with `runtime.transport` and
-    `runtime.device` resolved (auto: NCCL runs the ordered transport on CUDA, gloo the tagged one on
-    the CPU; gloo with device=cuda lets several ranks share a GPU)."""
+def rank_links(cfg: Any) -> dict[str, str]:
+    """The ranks' backend, transport and device, as `execute`'s keywords: `runtime.backend` with
+    `runtime.transport` and `runtime.device` resolved (auto: NCCL runs the ordered transport on
+    CUDA, gloo the tagged one on the CPU; gloo with device=cuda lets several ranks share a GPU)."""
     from octopipe.runtime.transport import choose_transport
     backend = str(_opt(cfg, "backend", "gloo"))
     transport, device = choose_transport(backend, str(_opt(cfg, "transport", "auto")),
                                          str(_opt(cfg, "device", "auto")))
-    return backend, transport, device
+    return {"backend": backend, "transport": transport, "device": device}
 
 
 def rank_cores(cfg: Any, n: int, compute: str) -> tuple[int, ...] | None:
@@ -196,9 +196,9 @@ def rank_cores(cfg: Any, n: int, compute: str) -> tuple[int, ...] | None:
 
 
 def _calibration(cfg: Any, model, costs, plan: Plan, partition, dispatch: str, warmup: int,
-                 iterations: int, pinned: tuple[int, ...] | None, console: Console):
-    """The in-situ calibration on `partition` for `plan`'s ranks and micro-batches, or None (see
-    the docstring)."""
+                 iterations: int, pinned: tuple[int, ...] | None, links: dict, console: Console):
+    """The in-situ calibration on `partition` for `plan`'s ranks and micro-batches over `links`
+    (backend, transport, device), or None (see the docstring)."""
     from octopipe.runtime.cores import available_cores
     from octopipe.runtime.insitu import calibrate
     if not bool(_opt(cfg, "calibrate", True)):
@@ -211,7 +211,7 @@ def _calibration(cfg: Any, model, costs, plan: Plan, partition, dispatch: str, w
     cal, _ = calibrate(model, costs, n, m, dispatch=dispatch, iterations=iterations, warmup=warmup,
                        seed=int(cfg.get("seed", 0)), cores=available_cores(), pinned=pinned, partition=partition,
                        timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
-                       **dict(zip(("backend", "transport", "device"), rank_links(cfg))))
+                       **links)
     console.print(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
                   f"load {cal.background:.3f} cores")
     return cal
@@ -231,7 +231,7 @@ def run(cfg, out_dir: Path) -> dict:
         raise ConfigError(f"runtime.compute={compute!r}: choose real or emulated")
     if dispatch not in ("strict", "ready_first"):
         raise ConfigError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
-    backend, transport, device = rank_links(cfg)
+    links = rank_links(cfg)
     iterations, warmup = int(_opt(cfg, "iterations", 3)), int(_opt(cfg, "warmup", 1))
     if iterations < 1 or warmup < 0:
         raise ConfigError("runtime.iterations must be >= 1 and runtime.warmup >= 0")
@@ -242,8 +242,8 @@ def run(cfg, out_dir: Path) -> dict:
     pins = [rank_cores(cfg, plan.table.n_devices, compute) for plan in plans]
     pinned = pins[0]
     console.print(f"ranks pinned to cores {list(pinned)}" if pinned else "ranks not pinned")
-    # per model the plans run (split layers or not) its costs; per (model, ranks, stages per rank)
-    # a calibration, all launched before the measured runs
+    # per model the plans run (split layers or not) its costs; per (model, ranks, calibration
+    # partition) a calibration, all launched before the measured runs
     model_costs: dict = {}
     calibrations: dict = {}
     keys = []
@@ -258,7 +258,7 @@ def run(cfg, out_dir: Path) -> dict:
         key = (run_model, plan.table.n_devices, calibration_partition(plan))
         if key not in calibrations:
             calibrations[key] = _calibration(cfg, run_model, model_costs[run_model], plan, key[2], dispatch,
-                                             warmup, iterations, pin, console) \
+                                             warmup, iterations, pin, links, console) \
                 if compute == "real" else None
         keys.append(key)
     rows, per = [], {}
@@ -270,7 +270,7 @@ def run(cfg, out_dir: Path) -> dict:
         run_model, calibration = key[0], calibrations[key]
         result = launch(run_model, plan, model_costs[run_model], sim_cluster, cpus=pin,
                         timeout_s=float(_opt(cfg, "timeout_s", 300)), stall_s=float(_opt(cfg, "stall_s", 30)),
-                        backend=backend, transport=transport, device=device, **kw)
+                        **links, **kw)
         c = summarise(run_model, plan, [result], model_costs[run_model], sim_cluster, calibration=calibration,
                       grad_check=bool(_opt(cfg, "grad_check", True)), **kw)
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
@@ -303,8 +303,7 @@ def run(cfg, out_dir: Path) -> dict:
     calibration = calibrations[keys[0]]
     shards = plans[0].meta.get("shards")
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
-    return {"model": model.name, "compute": compute, "dispatch": dispatch, "backend": backend,
-            "transport": transport, "device": device,
+    return {"model": model.name, "compute": compute, "dispatch": dispatch, **links,
             "split_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
             "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
             "measured_iteration_s": first.measured_iteration_s,

@@ -89,6 +89,17 @@ def calibration_name(table_name: str, partition: Sequence[tuple[int, int]]) -> s
     return f"{table_name}@{'+'.join(str(hi - lo) for lo, hi in partition)}"
 
 
+def calibration_tables(n: int, m: int, partition: Sequence[tuple[int, int]]) -> tuple[ScheduleTable, ScheduleTable]:
+    """The two calibration tables for `partition` on `n` ranks (`len(partition) / n` stages per
+    rank), the backward split on odd and on even micro-batches, named by `calibration_name`."""
+    if len(partition) % n:
+        raise ValueError(f"a calibration partition needs the same stages on each of the {n} ranks; "
+                         f"got {len(partition)} stages")
+    tables = (calibration_table(n, m, chunks=len(partition) // n, split=split) for split in (1, 0))
+    odd, even = (replace(t, name=calibration_name(t.name, partition)) for t in tables)
+    return odd, even
+
+
 def action_samples(events: Sequence[Sequence[dict]], iterations: Iterable[int],
                    world: int | None = None) -> tuple[np.ndarray, ...]:
     """(stage, kind index in KINDS, start, end, rank) arrays of every compute action in
@@ -255,20 +266,15 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
               pinned: Sequence[int] | None = None, timeout_s: float = 300,
               stall_s: float = 30, chunks: int = 1, backend: str = "gloo", transport: str = "auto",
               device: str = "auto", partition: Sequence[tuple[int, int]] | None = None) -> tuple[Calibration, list]:
-    """Run `calibration_table(n, m, chunks=chunks)` on `n` real ranks (`rounds` separate launches of
-    `warmup` + `iterations` iterations, the split backward on odd micro-batches in even rounds and
-    on even ones in odd rounds) and fit per-layer costs (`fit_run`) from the pooled measured
-    iterations; `pinned[rank]` pins each rank to that core. Returns the calibration (named for
-    its table) and each launch's ExecutionResult."""
+    """Run `calibration_tables(n, m, partition)` (default: the even split into `chunks` stages per
+    rank) on `n` real ranks: `rounds` separate launches of `warmup` + `iterations` iterations, the
+    split backward on odd micro-batches in even rounds and on even ones in odd rounds. Fit
+    per-layer costs (`fit_run`) from the pooled measured iterations; `pinned[rank]` pins each rank
+    to that core. Returns the calibration (named for its table) and each launch's ExecutionResult."""
     from octopipe.plan import uniform_partition
     from octopipe.runtime.launch import execute
-    if partition is not None:
-        if len(partition) % n:
-            raise ValueError(f"a calibration partition needs the same stages on each of the {n} ranks; "
-                             f"got {len(partition)} stages")
-        chunks = len(partition) // n
-    tables = [calibration_table(n, m, chunks=chunks, split=split) for split in (1, 0)]
-    partition = tuple(partition) if partition is not None else uniform_partition(model.n_layers, tables[0].n_stages)
+    partition = tuple(partition) if partition is not None else uniform_partition(model.n_layers, n * chunks)
+    tables = calibration_tables(n, m, partition)
     results = [execute(model, partition, tables[r % 2], dispatch=dispatch, compute="real",
                        iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
                        cpus=None if pinned is None else tuple(pinned), backend=backend, transport=transport,
@@ -276,4 +282,4 @@ def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict
                for r in range(rounds)]
     events = [ev for r in results for ev in r.events]
     cal = fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned)
-    return replace(cal, name=calibration_name(tables[0].name, partition)), results
+    return replace(cal, name=tables[0].name), results

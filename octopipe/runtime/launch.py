@@ -152,7 +152,7 @@ def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatc
     """
     if dispatch not in ("strict", "ready_first"):
         raise ScheduleError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
-    choose_transport(backend, transport, device)
+    transport, device = choose_transport(backend, transport, device)
     if compute not in ("real", "emulated"):
         raise ScheduleError(f"runtime.compute={compute!r}: choose real or emulated")
     if compute == "real" and model is None:

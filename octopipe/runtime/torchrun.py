@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/torchrun")
     args = ap.parse_args(argv)
-    choose_transport(args.backend, args.transport, args.device)
+    transport, device = choose_transport(args.backend, args.transport, args.device)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     plan = load_plan(args.plan)
     model = plan_model(build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")), plan)
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
                             f"set --nnodes x --nproc-per-node = {table.n_devices}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     job = RankJob(model, plan.partition, table, world, "env://", args.backend, args.dispatch, "real",
-                  args.iterations, args.seed, args.lr, result_dir=args.out, transport=args.transport,
-                  device=args.device)
+                  args.iterations, args.seed, args.lr, result_dir=args.out, transport=transport,
+                  device=device)
     rank_main(rank, job, TorchrunControl())
 
 

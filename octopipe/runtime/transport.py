@@ -130,11 +130,11 @@ class Transport:
     """
 
     def __init__(self, rank: int, n_stages: int, n_microbatches: int, device: torch.device,
-                 comm_device: torch.device | None = None) -> None:
+                 comm_device: torch.device | None = None, inline: bool = False) -> None:
         self.rank, self.s, self.m, self.device = rank, n_stages, n_microbatches, device
         self.comm_device = comm_device or device
         self.inbox = Inbox()
-        self.inline = False      # strict dispatch: the dispatcher itself waits for each receive
+        self.inline = inline     # strict dispatch: the dispatcher itself waits for each receive
         self.posted: dict[Key, tuple] = {}
         self.sends: list[tuple[dist.Work, torch.Tensor]] = []
         self.sent: list[tuple[Key, int, float, int, bool]] = []   # key, peer, post time, bytes, held
@@ -184,16 +184,16 @@ class Transport:
     def take(self, key: Key) -> torch.Tensor:
         """An arrived message, on the compute device; an inline receive is waited for here."""
         if key in self.posted:
-            work, buf, src = self.posted.pop(key)
+            work, tensor, src = self.posted.pop(key)
             try:
                 work.wait()
             except BaseException as e:  # noqa: BLE001 - a peer's failure, reported as such
                 raise ConnectionError(f"receive of {key} from rank {src} failed: {e}") from e
             self.inbox.arrivals[key] = time.perf_counter()
-            return buf.to(self.device) if buf.device != self.device else buf
-        tensor, work = self.inbox.pop(key)
-        if work is not None:
-            work.wait()
+        else:
+            tensor, work = self.inbox.pop(key)
+            if work is not None:
+                work.wait()
         return tensor.to(self.device) if tensor.device != self.device else tensor
 
     def _stage(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -227,8 +227,8 @@ class OrderedTransport(Transport):
 
     def __init__(self, rank: int, n_stages: int, n_microbatches: int, device: torch.device,
                  groups: dict[tuple[int, int], object], orders: dict[tuple[int, int], list[Key]],
-                 comm_device: torch.device | None = None, poll: bool = False) -> None:
-        super().__init__(rank, n_stages, n_microbatches, device, comm_device)
+                 comm_device: torch.device | None = None, poll: bool = False, inline: bool = False) -> None:
+        super().__init__(rank, n_stages, n_microbatches, device, comm_device, inline and not poll)
         self.groups, self.orders, self.poll = groups, orders, poll
         self._next = {pair: 0 for pair in orders if pair[0] == rank}
         self._held: dict[tuple[int, int], dict[Key, tuple[torch.Tensor, bool]]] = \

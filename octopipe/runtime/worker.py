@@ -20,7 +20,7 @@ from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.layers import carry_shape
-from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Transport, choose_transport
+from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
 
@@ -60,8 +60,8 @@ class RankJob:
     fault: Fault | None = None
     threads: int = 1
     cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
-    transport: str = "auto"         # tagged | ordered | auto (ordered for nccl, tagged for gloo)
-    device: str = "auto"            # cpu | cuda | auto (cuda for nccl, cpu for gloo)
+    transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
+    device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -151,8 +151,7 @@ class Rank:
         self.job, self.rank, self.control = job, rank, control
         self.table = job.table
         self.row = job.table.compact().compute_only().actions(rank)
-        self.transport_kind, device = choose_transport(job.backend, job.transport, job.device)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" \
+        self.device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" \
             else torch.device("cpu")
         self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
         if job.compute == "emulated":
@@ -161,8 +160,8 @@ class Rank:
             self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
                                        job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
         self.groups = replica_groups(job.table)
-        self.orders = pair_orders(job.table)
-        self.pair_groups = pair_groups(self.orders) if self.transport_kind == "ordered" else {}
+        self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
+        self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() else None
         self.events: list[dict] = []
@@ -245,14 +244,14 @@ class Rank:
 
     def iteration(self, it: int) -> None:
         n_s, n_m = self.table.n_stages, self.table.n_microbatches
-        if self.transport_kind == "ordered":
-            self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, self.pair_groups, self.orders,
-                                              self.comm_device, poll=self.job.backend == "nccl")
-        else:
-            self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device)
         # strict dispatch needs no arrival news: the dispatcher waits on each receive itself, as
         # torch's schedules do, so no waiter thread takes the GIL from a computing rank
-        self.transport.inline = self.job.dispatch == "strict" and not getattr(self.transport, "poll", False)
+        inline = self.job.dispatch == "strict"
+        if self.job.transport == "ordered":
+            self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, self.pair_groups, self.orders,
+                                              self.comm_device, poll=self.job.backend == "nccl", inline=inline)
+        else:
+            self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
         self.compute.start_iteration(it)
         self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
         self._local: dict[Key, torch.Tensor] = {}
@@ -306,7 +305,7 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
     if job.cpus:
         os.sched_setaffinity(0, {job.cpus[rank]})
     try:
-        if choose_transport(job.backend, job.transport, job.device)[1] == "cuda":
+        if job.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
         worker = Rank(job, rank, control)

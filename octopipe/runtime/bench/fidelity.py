@@ -182,7 +182,7 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
     from octopipe.run import CONF_DIR
     from octopipe.runtime.calibrate import local_cluster, measure_loopback
     from octopipe.runtime.cores import available_cores, core_ids, pin_map
-    from octopipe.runtime.insitu import calibration_name, calibration_partition, calibration_table, fit_run
+    from octopipe.runtime.insitu import calibration_partition, calibration_tables, fit_run
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"))
     if micro_batch_size:
         model = replace(model, micro_batch_size=micro_batch_size)
@@ -206,8 +206,7 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
     for p in plans:
         part = calibration_partition(p)
         if part not in cal_plans:
-            tables = [calibration_table(n, m, chunks=len(part) // n, split=split) for split in (1, 0)]
-            cal_plans[part] = [Plan(part, replace(t, name=calibration_name(t.name, part)), model.name) for t in tables]
+            cal_plans[part] = [Plan(part, t, model.name) for t in calibration_tables(n, m, part)]
     runs: dict[str, list] = {p.table.name: [] for p in plans}
     cal_runs: dict[tuple, list] = {part: [] for part in cal_plans}
     kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=warmup)

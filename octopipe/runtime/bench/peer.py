@@ -65,8 +65,7 @@ def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: st
         keep()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    table = build_schedule({"Schedule1F1B": "1f1b", "ScheduleInterleaved1F1B": "interleaved",
-                            "ScheduleZBVZeroBubble": "zbv"}[schedule], world, m)
+    table = build_schedule({theirs: ours for ours, theirs in PAIRS}[schedule], world, m)
     part = uniform_partition(model.n_layers, table.n_stages)
     stages = [pp.PipelineStage(PeerStage(model, *part[s], seed=0), s, table.n_stages, torch.device("cpu"))
               for s in table.stages_of(rank)]
@@ -97,7 +96,8 @@ def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: i
     ctx = _context()
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        procs = [ctx.Process(target=_torch_rank, args=(r, world, port, model, schedule, m, iterations, tmp, keep_heap))
+        procs = [ctx.Process(target=_torch_rank,
+                             args=(r, world, port, model, schedule, m, iterations, tmp, keep_heap))
                  for r in range(world)]
         for p in procs:
             p.start()
