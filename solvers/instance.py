@@ -31,7 +31,7 @@ Partition = tuple[tuple[int, int], ...]
 def inflight_counts(schedule_name: str, n_devices: int, n_microbatches: int,
                     chunks: int | None = None) -> tuple[float, ...]:
     """Activation copies the named schedule keeps alive at its peak, per device (schedule library)."""
-    from octopipe.schedule import formulas
+    from octopipe.schedule import library as formulas
     return tuple(float(formulas.inflight_microbatches(schedule_name, n_devices, d, n_microbatches,
                                                       chunks))
                  for d in range(n_devices))

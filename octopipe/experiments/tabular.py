@@ -57,7 +57,7 @@ def _sign(x: float | None) -> str:
 
 
 def run(cfg, out_dir: Path) -> dict:
-    from octopipe.schedule import formulas
+    from octopipe.schedule import library as formulas
     from octopipe.schedule.idealized import idealize
     from octopipe.schedule.library import build_schedule
     t0 = time.perf_counter()

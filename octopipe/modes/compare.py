@@ -1,6 +1,6 @@
 """`mode=compare`: every applicable named schedule at the three abstraction levels.
 
-1. formula: `formulas.bubble_ratio` and peak in-flight activations (closed forms, uniform
+1. formula: `library.bubble_ratio` and peak in-flight activations (closed forms, uniform
    stages, F:I:W = 1:1:1);
 2. idealized table: the table on unit slots (F = I = W = 1, B = 2; `idealized.idealize`):
    idle ratio, length in slots, peak live activations;
@@ -55,7 +55,7 @@ def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
                  partition_of: Partitioner, semantics: str = "eager",
                  keep: bool = False) -> tuple[list[dict], dict[str, SimResult]]:
     """One row per schedule with the three levels' figures and ranks."""
-    from octopipe.schedule import formulas
+    from octopipe.schedule import library as formulas
     from octopipe.schedule.idealized import idealize
     rows, results = [], {}
     for name, table in tables.items():

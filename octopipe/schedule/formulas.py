@@ -1,5 +1,9 @@
 """Closed forms for the named schedules: bubble ratio and peak in-flight activations per device.
 
+Each schedule's pair (`bubble_<name>`, `inflight_<name>`) is referenced by its registry entry
+(`octopipe.schedule.library.SCHEDULES`), which also resolves chunk counts and checks arguments:
+call `library.bubble_ratio` and `library.inflight_microbatches`.
+
 This is the first of the three abstraction levels (formula → idealized table → simulation). The
 formulas assume uniform stages; each docstring names the paper (and section) its form comes from.
 
@@ -17,9 +21,6 @@ Conventions shared by every function here:
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from octopipe.errors import ScheduleError
 
 Costs = tuple[float, float, float]
 UNIT_COSTS: Costs = (1.0, 1.0, 1.0)
@@ -41,24 +42,24 @@ def interleaved_group_size(n_devices: int, n_microbatches: int) -> int:
 
 # ----------------------------------------------------------------------------- bubble ratios
 
-def _bubble_gpipe(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_gpipe(p: int, m: int, v: int, c: Costs) -> float:
     """GPipe, Huang et al. 2019 (arXiv 1811.06965) §2.2: bubble O((K-1)/(M+K-1)) of the step."""
     return (p - 1) / (m + p - 1)
 
 
-def _bubble_1f1b(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_1f1b(p: int, m: int, v: int, c: Costs) -> float:
     """1F1B (PipeDream-Flush), Narayanan et al. 2021 (arXiv 2104.04473) §2.2.1:
     t_pb / t_id = (p-1)/m, i.e. (p-1)/(m+p-1) of the step. Same fill/drain as GPipe."""
     return (p - 1) / (m + p - 1)
 
 
-def _bubble_interleaved(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_interleaved(p: int, m: int, v: int, c: Costs) -> float:
     """Interleaved 1F1B, Narayanan et al. 2021 §2.2.2: the bubble shrinks by the number of
     model chunks v, t_pb / t_id = (p-1)/(v·m), i.e. (p-1)/(v·m+p-1) of the step."""
     return (p - 1) / (v * m + p - 1)
 
 
-def _bubble_looped_bfs(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_looped_bfs(p: int, m: int, v: int, c: Costs) -> float:
     """Looped BFS, Lamy-Poirier 2023 (arXiv 2211.05953) §3: with m ≥ p the loop never waits and
     the bubble is (p-1)/(v·m+p-1) as for interleaving. With m < p every loop after the first
     waits p-m slots for its first micro-batch to come round (our extension), adding (v-1)(p-m)."""
@@ -66,7 +67,7 @@ def _bubble_looped_bfs(p: int, m: int, v: int, c: Costs) -> float:
     return (p - 1 + wait) / (v * m + p - 1 + wait)
 
 
-def _bubble_zbh1(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_zbh1(p: int, m: int, v: int, c: Costs) -> float:
     """ZB-H1, Qi et al. 2024 "Zero Bubble Pipeline Parallelism" (arXiv 2401.10241) §3.1:
     bubble (p-1)(T_F + T_B - T_W) against m(T_F + T_B + T_W) of work (T_B = input gradient).
     For v > 1 (torch's ZB1P over interleaved chunks) the per-device costs are v times a
@@ -76,21 +77,21 @@ def _bubble_zbh1(p: int, m: int, v: int, c: Costs) -> float:
     return _ratio(max(0.0, bubble), v * m * (f + i + w))
 
 
-def _bubble_zbh2(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_zbh2(p: int, m: int, v: int, c: Costs) -> float:
     """ZB-H2, Qi et al. 2024 §3.1: bubble (p-1)(T_F + T_B - 2T_W), zero when T_F = T_B = T_W
     (with the optimizer step's post-validation, §4); 2p-1 micro-batches in flight."""
     f, i, w = c
     return _ratio(max(0.0, (p - 1) * (f + i - 2 * w)), m * (f + i + w))
 
 
-def _bubble_zbv(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_zbv(p: int, m: int, v: int, c: Costs) -> float:
     """ZB-V, Qi et al. 2024 §6: with two chunks in a V the bubble is (p-1)(T_F + T_B - 2T_W)
     with chunk-level costs, zero when T_F = T_B = T_W, at 1F1B's activation memory."""
     f, i, w = c
     return _ratio(max(0.0, (p - 1) * (f + i - 2 * w)), v * m * (f + i + w))
 
 
-def _bubble_dualpipev(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_dualpipev(p: int, m: int, v: int, c: Costs) -> float:
     """DualPipe(V), DeepSeek-AI 2024, DeepSeek-V3 report (arXiv 2412.19437) §3.2.1 Table 2 and
     the DualPipe README: bubble (PP/2-1)(F&B + B - 3W) with PP = 2p stages for DualPipeV. F&B
     is an overlapped forward+backward chunk pair; at the idealized level there is no overlap
@@ -99,21 +100,21 @@ def _bubble_dualpipev(p: int, m: int, v: int, c: Costs) -> float:
     return _ratio(max(0.0, (p - 1) * (f + 2 * i - w)), v * m * (f + i + w))
 
 
-def _bubble_chimera(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_chimera(p: int, m: int, v: int, c: Costs) -> float:
     """Chimera, Li & Hoefler SC'21 (arXiv 2107.06925) §3.2 / Table 2: (D-2)/(2N+D-2) with D
     stages and N micro-batches. Known to underestimate the idle time of the real table
     (Barley et al. 2026, arXiv 2605.24006: (8,16) gives 16% by formula, 26% in the table)."""
     return (p - 2) / (2 * m + p - 2)
 
 
-def _bubble_hanayo(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_hanayo(p: int, m: int, v: int, c: Costs) -> float:
     """Hanayo, Liu et al. SC'23 (arXiv 2308.15762) §3: W waves give every device 2W chunks in a
     wave-like (V) placement; fill and drain are counted in chunk slots as for interleaving
     (Narayanan et al. 2021 §2.2.2), so the bubble is (p-1)/(v·m+p-1) with v = 2W."""
     return (p - 1) / (v * m + p - 1)
 
 
-def _bubble_pipedream(p: int, m: int, v: int, c: Costs) -> float:
+def bubble_pipedream(p: int, m: int, v: int, c: Costs) -> float:
     """PipeDream (asynchronous 1F1B), Narayanan et al. SOSP'19 §3.3: no flush, so in steady
     state every stage alternates F and B with no stall; the steady-state bubble is 0."""
     return 0.0
@@ -121,18 +122,18 @@ def _bubble_pipedream(p: int, m: int, v: int, c: Costs) -> float:
 
 # ----------------------------------------------------------------------------- in-flight
 
-def _inflight_gpipe(p: int, d: int, m: int, v: int) -> float:
+def inflight_gpipe(p: int, d: int, m: int, v: int) -> float:
     """GPipe, Huang et al. 2019 §2.2: every stage keeps all m micro-batches until the flush."""
     return float(m)
 
 
-def _inflight_1f1b(p: int, d: int, m: int, v: int) -> float:
+def inflight_1f1b(p: int, d: int, m: int, v: int) -> float:
     """1F1B, Narayanan et al. 2021 §2.2.1 (and Megatron's theoretical_memory_usage): device d
     runs p-1-d warm-up forwards and one more before its first backward, so min(p-d, m)."""
     return float(min(p - d, m))
 
 
-def _inflight_interleaved(p: int, d: int, m: int, v: int) -> float:
+def inflight_interleaved(p: int, d: int, m: int, v: int) -> float:
     """Interleaved 1F1B, Narayanan et al. 2021 §2.2.2 with Megatron/torch's warm-up count
     (v-1)·G + 2(p-1-d) forwards (G micro-batches per round), plus one steady-state forward:
     min((v-1)·G + 2(p-1-d) + 1, v·m) chunk units. For d = 0, G = p this is p·(1 + (p-1)/(p·v))
@@ -141,13 +142,13 @@ def _inflight_interleaved(p: int, d: int, m: int, v: int) -> float:
     return float(min((v - 1) * g + 2 * (p - 1 - d) + 1, v * m))
 
 
-def _inflight_looped_bfs(p: int, d: int, m: int, v: int) -> float:
+def inflight_looped_bfs(p: int, d: int, m: int, v: int) -> float:
     """Looped BFS, Lamy-Poirier 2023 §3: every forward of every local stage runs before any
     backward, so a device holds all v·m chunk activations at the turn."""
     return float(v * m)
 
 
-def _inflight_zbh1(p: int, d: int, m: int, v: int) -> float:
+def inflight_zbh1(p: int, d: int, m: int, v: int) -> float:
     """ZB-H1, Qi et al. 2024 §3.1: the same activation memory as 1F1B (p micro-batches) because
     the W passes of device d are deferred by d steady steps while its warm-up is d shorter.
     With torch's interleaved ZB1P (v chunks, warm-up (v-1)·G + p-1-d, W deferred by d):
@@ -156,14 +157,14 @@ def _inflight_zbh1(p: int, d: int, m: int, v: int) -> float:
     return float(min((v - 1) * g + p, v * m))
 
 
-def _inflight_zbh2(p: int, d: int, m: int, v: int) -> float:
+def inflight_zbh2(p: int, d: int, m: int, v: int) -> float:
     """ZB-H2, Qi et al. 2024 §3.1: peak activation memory (2p-1)·M_B. Device 0 needs it for its
     2p-1 warm-up forwards; later devices use the same allowance to run I passes ahead of their
     deferred W passes, so every device peaks at min(2p-1, m)."""
     return float(min(2 * p - 1, m))
 
 
-def _inflight_zbv(p: int, d: int, m: int, v: int) -> float:
+def inflight_zbv(p: int, d: int, m: int, v: int) -> float:
     """ZB-V, Qi et al. 2024 §6: peak activation memory p·M_B, with M_B one micro-batch on a whole
     device (2 chunk units), i.e. 2p on every device. In the V warm-up device d runs 2p-1-d
     chunk-0 forwards and d+1 chunk-1 forwards before its first W frees anything; with fewer than
@@ -172,13 +173,13 @@ def _inflight_zbv(p: int, d: int, m: int, v: int) -> float:
     return float(min(m, 2 * p - 1 - d) + min(m, d + 1))
 
 
-def _inflight_dualpipev(p: int, d: int, m: int, v: int) -> float:
+def inflight_dualpipev(p: int, d: int, m: int, v: int) -> float:
     """DualPipe(V), DeepSeek-V3 report §3.2.1 Table 2 / DualPipe README: activation memory PP+1
     chunks with PP = 2p stages, i.e. 2p+1 chunk units on every device (needs m ≥ 2p)."""
     return float(min(2 * p + 1, 2 * m))
 
 
-def _inflight_chimera(p: int, d: int, m: int, v: int) -> float:
+def inflight_chimera(p: int, d: int, m: int, v: int) -> float:
     """Chimera, Li & Hoefler SC'21 §3.2 / Table 2: activation memory between (D/2+1) and D
     micro-batches per worker. Each direction runs 1F1B over at most p/2 micro-batches at a
     time: the down pipeline holds min(p-d, p/2) on device d, the up pipeline min(d+1, p/2);
@@ -188,7 +189,7 @@ def _inflight_chimera(p: int, d: int, m: int, v: int) -> float:
     return float(min(p - d, half, m - mh) + min(d + 1, half, mh))
 
 
-def _inflight_hanayo(p: int, d: int, m: int, v: int) -> float:
+def inflight_hanayo(p: int, d: int, m: int, v: int) -> float:
     """Hanayo, Liu et al. SC'23 §3: the same activation memory as 1F1B, p micro-batches of the
     whole device (p·v chunk units), which our generator enforces as a per-device cap. With few
     micro-batches the cap is not reached; counting the forwards our list scheduler runs before
@@ -197,76 +198,11 @@ def _inflight_hanayo(p: int, d: int, m: int, v: int) -> float:
     return float(min(m + (v - 2) * min(m, p) + d + 1, p * v, v * m))
 
 
-def _inflight_pipedream(p: int, d: int, m: int, v: int) -> float:
+def inflight_pipedream(p: int, d: int, m: int, v: int) -> float:
     """PipeDream, Narayanan et al. SOSP'19 §3.3 (NOAM = ⌈workers / input-stage replicas⌉):
     stage d keeps p-d micro-batches (and weight versions) in flight in steady state."""
     return float(min(p - d, m))
 
 
-_BUBBLE: dict[str, Callable[[int, int, int, Costs], float]] = {
-    "gpipe": _bubble_gpipe, "1f1b": _bubble_1f1b, "interleaved": _bubble_interleaved,
-    "looped_bfs": _bubble_looped_bfs, "zbh1": _bubble_zbh1, "zbh2": _bubble_zbh2,
-    "zbv": _bubble_zbv, "dualpipev": _bubble_dualpipev, "chimera": _bubble_chimera,
-    "hanayo": _bubble_hanayo, "pipedream": _bubble_pipedream,
-}
-_INFLIGHT: dict[str, Callable[[int, int, int, int], float]] = {
-    "gpipe": _inflight_gpipe, "1f1b": _inflight_1f1b, "interleaved": _inflight_interleaved,
-    "looped_bfs": _inflight_looped_bfs, "zbh1": _inflight_zbh1, "zbh2": _inflight_zbh2,
-    "zbv": _inflight_zbv, "dualpipev": _inflight_dualpipev, "chimera": _inflight_chimera,
-    "hanayo": _inflight_hanayo, "pipedream": _inflight_pipedream,
-}
-_CHUNK_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
-    "gpipe": (lambda v: v == 1, "chunks = 1"), "1f1b": (lambda v: v == 1, "chunks = 1"),
-    "zbh2": (lambda v: v == 1, "chunks = 1"), "pipedream": (lambda v: v == 1, "chunks = 1"),
-    "chimera": (lambda v: v == 1, "chunks = 1 per direction"),
-    "zbv": (lambda v: v == 2, "chunks = 2"), "dualpipev": (lambda v: v == 2, "chunks = 2"),
-    "hanayo": (lambda v: v % 2 == 0, "an even number of chunks (2 per wave)"),
-}
-
-
-def _resolve(name: str, n_devices: int, n_microbatches: int, chunks: int | None) -> int:
-    from octopipe.schedule.library import SCHEDULES
-
-    if name not in _BUBBLE:
-        raise ScheduleError(f"no formula for schedule {name!r}; known: {', '.join(sorted(_BUBBLE))}")
-    if n_devices < 1 or n_microbatches < 1:
-        raise ScheduleError(f"n_devices and n_microbatches must be at least 1, got "
-                            f"{n_devices} and {n_microbatches}")
-    v = SCHEDULES[name].default_chunks if chunks is None else int(chunks)
-    if v < 1:
-        raise ScheduleError(f"chunks must be at least 1, got {chunks}")
-    rule = _CHUNK_RULES.get(name)
-    if rule is not None and not rule[0](v):
-        raise ScheduleError(f"{name} needs {rule[1]}, got chunks={v}")
-    return v
-
-
-def bubble_ratio(name: str, n_devices: int, n_microbatches: int, chunks: int | None = None,
-                 costs: Costs = UNIT_COSTS) -> float:
-    """Closed-form idle fraction of a device's step for schedule `name` (uniform stages).
-
-    `costs` = (f, i, w) per stage and micro-batch; only the split-backward schedules (zbh1,
-    zbh2, zbv, dualpipev) depend on it.
-    """
-    v = _resolve(name, n_devices, n_microbatches, chunks)
-    return float(_BUBBLE[name](n_devices, n_microbatches, v, tuple(float(x) for x in costs)))
-
-
-def inflight_microbatches(name: str, n_devices: int, device: int, n_microbatches: int,
-                          chunks: int | None = None) -> float:
-    """Peak number of stage-activations (one stage, one micro-batch each) live on `device`.
-
-    For a multi-chunk schedule the unit is still a single stage's activations, so a device
-    holding both chunks of one micro-batch counts 2. Multiply by a stage's activation bytes per
-    micro-batch to get bytes (uniform stages).
-    """
-    v = _resolve(name, n_devices, n_microbatches, chunks)
-    if not 0 <= device < n_devices:
-        raise ScheduleError(f"device {device} is outside 0..{n_devices - 1}")
-    return _INFLIGHT[name](n_devices, device, n_microbatches, v)
-
-
-FORMULA_SCHEDULES = tuple(sorted(_BUBBLE))
-
-__all__ = ["bubble_ratio", "inflight_microbatches", "interleaved_group_size", "FORMULA_SCHEDULES",
-           "UNIT_COSTS"]
+__all__ = ["Costs", "UNIT_COSTS", "interleaved_group_size"] + [
+    n for n in dir() if n.startswith(("bubble_", "inflight_"))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from octopipe.errors import OctoPipeError
+from octopipe.schedule.library import baselines as registry_baselines
 from octopipe.plan import Plan, uniform_partition, partition_from_sizes
 from octopipe.tune.balance import balanced_sizes
 from octopipe.tune.candidate import Candidate, Problem
@@ -26,15 +27,7 @@ class BaselineSpec:
     chunks: tuple[int, ...]
 
 
-SPECS = (
-    BaselineSpec("S-1F1B", "1f1b", "uniform", (1,)),
-    BaselineSpec("I-1F1B", "interleaved", "uniform", (2, 3, 4)),
-    BaselineSpec("ZB-H1", "zbh1", "uniform", (1,)),
-    BaselineSpec("ZB-V", "zbv", "uniform", (2,)),
-    BaselineSpec("1F1B balanced", "1f1b", "balanced", (1,)),
-    BaselineSpec("ZB-H1 balanced", "zbh1", "balanced", (1,)),
-    BaselineSpec("ZB-V balanced", "zbv", "balanced-v", (2,)),
-)
+SPECS = tuple(BaselineSpec(b.label, name, b.group, b.chunks) for name, b in registry_baselines())
 
 
 def named_table(name: str, n_devices: int, n_microbatches: int, chunks: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from octopipe.errors import ScheduleError
-from octopipe.schedule.formulas import FORMULA_SCHEDULES, bubble_ratio, inflight_microbatches
+from octopipe.schedule.library import FORMULA_SCHEDULES, bubble_ratio, inflight_microbatches
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 16), (8, 64)])

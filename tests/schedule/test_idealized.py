@@ -7,7 +7,7 @@ from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.schedule.formulas import bubble_ratio, inflight_microbatches
+from octopipe.schedule.library import bubble_ratio, inflight_microbatches
 from octopipe.schedule.idealized import SlotCosts, idealize
 from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.table import ScheduleTable
