@@ -113,7 +113,10 @@ def _layout(tl: Timeline) -> _Layout:
     per_device = tl.n_compute / max(1, tl.n_devices)
     width = float(np.clip(6.0 + 0.045 * per_device, 10.0, 24.0))
     row = 0.55 if tl.n_devices <= 8 else (0.42 if tl.n_devices <= 16 else 0.32)
-    return _Layout(width, 1.7 + row * tl.n_devices, font=6.5 if tl.n_devices <= 16 else 5.5)
+    font = 6.5 if tl.n_devices <= 16 else 5.5
+    if len(tl.t_src) == 0:  # no send strips: the bars take the whole row
+        return _Layout(width, 1.7 + 0.8 * row * tl.n_devices, bar_top=-0.38, bar_bottom=0.38, font=font)
+    return _Layout(width, 1.7 + row * tl.n_devices, font=font)
 
 
 def _rects(y0: np.ndarray, y1: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
@@ -171,7 +174,8 @@ def save_timeline_png(path: str | Path, tl: Timeline, title: str = "") -> Path:
         ax.tick_params(axis="y", length=0)
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
-        ax.set_xlabel(f"time ({unit})")
+        ax.set_xlabel(f"time ({unit})        labels: 3F5 = stage 3, F, micro-batch 5 "
+                      "(the micro-batch alone where narrow)", fontsize=9)
         handles = [Patch(facecolor=palette.kind_colour(k), label=k)
                    for k in dict.fromkeys(sorted(set(tl.kind), key=_kind_order))]
         names = {"SEND_F": "activation sent", "SEND_B": "gradient sent"}

@@ -1,12 +1,14 @@
 """The device timeline PNG, the shared palette and the trace JSON of fixed plans."""
 from __future__ import annotations
 
+import io
 import json
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule import palette, render
@@ -72,7 +74,7 @@ def test_a_timeline_refuses_inconsistent_arrays():
 
 
 def _has_colour(path: Path, hex_colour: str) -> bool:
-    import matplotlib.colors as mcolors
+    import matplotlib.colors as mcolors  # optional heavy dependency, as in the renderers
     import matplotlib.image as mimage
 
     rgb = np.array(mcolors.to_rgb(hex_colour))
@@ -96,10 +98,6 @@ def test_every_picture_draws_f_i_w_b_in_the_palette_colours(tmp_path):
 
 
 def test_the_terminal_grid_uses_the_palette_styles():
-    import io
-
-    from rich.console import Console
-
     console = Console(file=io.StringIO(), record=True, width=80, force_terminal=True)
     print_grid(build_schedule("zbh1", 2, 2), console=console)
     styles = {str(seg.style) for seg in console._record_buffer if seg.style}
