@@ -37,6 +37,7 @@ from octopipe.errors import ConfigError
 from octopipe.model.shard import SPLIT_DIM
 from octopipe.experiments.published_gate import gated_makespan
 from octopipe.plan import Plan, uniform_partition
+from octopipe.progress import case_progress
 from octopipe.schedule.table import ScheduleTable
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
@@ -443,8 +444,8 @@ def run(cfg: Any, out_dir: Path) -> dict:
     tuner_cfg = OmegaConf.to_container(cfg.tuner, resolve=True) if "tuner" in cfg else {}
     solver_cfg = OmegaConf.to_container(cfg.solver, resolve=True) if "solver" in cfg else {}
     console = Console(width=max(Console().width, 132))
-    res = run_cases(exp, cost_opts, tuner_cfg, solver_cfg, int(cfg.get("seed", 0)),
-                    progress=lambda s: console.print(f"[dim]case {s}[/dim]"))
+    with case_progress(len(cases(exp)), "published", console) as step:
+        res = run_cases(exp, cost_opts, tuner_cfg, solver_cfg, int(cfg.get("seed", 0)), progress=step)
     res.check = published_check(exp["published_reference"], cost_opts)
     summary = report.summarize(res, exp)
     summary["cost"] = {"averaging": cost_opts.averaging, "split": cost_opts.split,

@@ -26,6 +26,7 @@ from octopipe.cost.analytic import analytic_costs
 from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.model.build import build_model
 from octopipe.plan import partition_from_sizes
+from octopipe.progress import track_cases
 from octopipe.sim.durations import bind
 from octopipe.sim.engine import run_strict
 from octopipe.sim.simulator import Simulator, result_of
@@ -85,7 +86,8 @@ def run(cfg, out_dir: Path) -> dict:
             skipped[f"{label} S={s} B={b}"] = str(e).splitlines()[0]
     model_cache: dict[int, Any] = {}
     cost_cache: dict[tuple[str, int, int], Any] = {}
-    for (s, b, label), table in tables.items():
+    for (s, b, label), table in track_cases(tables.items(), "tabular",
+                                            lambda kv: f"{kv[0][2]} S={kv[0][0]} B={kv[0][1]}"):
         name, chunks = generator[label]
         mbs = gbs // b
         if mbs not in model_cache:

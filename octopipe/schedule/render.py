@@ -1,25 +1,26 @@
 """Pictures of schedules: a coloured terminal grid, a PNG Gantt chart, a Chrome/Perfetto trace.
 
-The Gantt chart and the trace are generic over timed bars so that any timing (the idealized
-table here, a simulation elsewhere) can reuse them:
+Colours come from `octopipe.schedule.palette`, the same in every picture. The Gantt chart and
+the trace are generic over timed bars so that any timing can reuse them:
 
 - `gantt_png(path, bars, title)` draws `bars`, an iterable of `Bar(label, kind, start, end,
   text)` (plain tuples of 4 or 5 items work too): one horizontal lane per distinct `label` in
   order of first appearance, the colour from `kind` (an ActionKind name such as ``F`` or
   ``SEND_B``, or any other string, which gets a stable colour of its own), `text` written inside
   the bar when it fits.
-- `chrome_trace(bars, unit_us)` returns the Chrome trace-event document (open it in
+- `bars_trace(bars, unit_us)` returns the Chrome trace-event document (open it in
   ui.perfetto.dev or chrome://tracing): a thread per label, a complete event ("ph": "X") per bar
   with its kind as category; `unit_us` is the length of one time unit in microseconds (1e6 for
   seconds; `IDEALIZED_SLOT_US` for idealized slots, shown as milliseconds).
 
-`idealized_bars(it)` turns an `IdealizedTable` into such bars.
+For an `IdealizedTable`: `idealized_bars(it)` (bars per action), `idealized_timeline(it)` (the
+device timeline of `octopipe.schedule.timeline`), `idealized_timeline_png` and
+`idealized_trace`.
 """
 from __future__ import annotations
 
 import io
 import json
-import zlib
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
@@ -28,27 +29,14 @@ from rich.table import Table
 from rich.text import Text
 
 from octopipe.errors import ScheduleError
+from octopipe.schedule import palette
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.idealized import IdealizedTable
+from octopipe.schedule.palette import kind_colour
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.timeline import Timeline, save_timeline_png, timeline
 
 IDEALIZED_SLOT_US = 1000.0
-
-# colour per kind, (terminal style, matplotlib colour); the second chunk of a device is darker
-_KIND_STYLE: dict[str, tuple[str, str]] = {
-    "F": ("bold white on blue", "#4C78A8"),
-    "B": ("bold white on green", "#54A24B"),
-    "I": ("bold black on yellow", "#ECA82C"),
-    "W": ("bold white on magenta", "#B279A2"),
-    "SEND_F": ("cyan", "#9ecae9"),
-    "RECV_F": ("cyan", "#c6dbef"),
-    "SEND_B": ("bright_green", "#a1d99b"),
-    "RECV_B": ("bright_green", "#c7e9c0"),
-}
-_CHUNK_STYLE = ("bold white on dark_blue", "bold white on dark_green", "bold black on dark_orange",
-                "bold white on purple4")
-_EXTRA_COLOURS = ("#E45756", "#72B7B2", "#FF9DA6", "#9D755D", "#BAB0AC", "#F58518", "#EECA3B")
-
 
 class Bar(NamedTuple):
     """One timed bar: lane label, colour key, start and end (same unit), text inside."""
@@ -60,24 +48,15 @@ class Bar(NamedTuple):
     text: str = ""
 
 
-def kind_colour(kind: str) -> str:
-    """The matplotlib colour of a kind; unknown kinds get a stable colour from their name."""
-    if kind in _KIND_STYLE:
-        return _KIND_STYLE[kind][1]
-    return _EXTRA_COLOURS[zlib.crc32(kind.encode()) % len(_EXTRA_COLOURS)]
-
-
 def _cell(a: Action | None, chunk: int, letters: bool) -> Text:
     if a is None:
         return Text(" · ", style="dim")
     if a.kind.is_comm:
         arrow = "›" if a.kind.value.startswith("SEND") else "‹"
         tag = a.kind.value[-1] if letters else ""
-        return Text(f"{arrow}{tag}{a.microbatch}", style=_KIND_STYLE[a.kind.value][0])
-    style = _KIND_STYLE[a.kind.value][0]
-    if chunk % 2 == 1:
-        style = {"F": _CHUNK_STYLE[0], "B": _CHUNK_STYLE[1], "I": _CHUNK_STYLE[2],
-                 "W": _CHUNK_STYLE[3]}[a.kind.value]
+        return Text(f"{arrow}{tag}{a.microbatch}", style=palette.KINDS[a.kind.value].terminal)
+    colours = palette.KINDS[a.kind.value]
+    style = colours.terminal_chunk if chunk % 2 == 1 else colours.terminal
     text = f"{a.kind.value}{a.microbatch}" if letters else str(a.microbatch)
     return Text(f"{text:^3}", style=style)
 
@@ -120,10 +99,10 @@ def grid_renderable(table: ScheduleTable, slots: IdealizedTable | None = None, l
 def legend() -> Text:
     out = Text("legend: ")
     for kind in ("F", "I", "W", "B"):
-        out.append(f" {kind} ", style=_KIND_STYLE[kind][0])
+        out.append(f" {kind} ", style=palette.KINDS[kind].terminal)
         out.append(" ")
-    out.append(" ›m send ", style="cyan")
-    out.append(" ‹m recv ", style="cyan")
+    out.append(" ›m send ", style=palette.SEND_F.terminal)
+    out.append(" ‹m recv ", style=palette.RECV_F.terminal)
     out.append("  darker = second chunk on the device; numbers are micro-batches", style="dim")
     return out
 
@@ -163,11 +142,13 @@ def _bars(bars: Iterable[Sequence]) -> list[Bar]:
 
 def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
               time_label: str = "time", dpi: int = 110) -> Path:
-    """Draw bars as a Gantt chart (Agg backend, no display) and save a PNG at `path`."""
-    import matplotlib
+    """Draw bars as a Gantt chart (Agg backend, no display) and save a PNG at `path`: one lane
+    per label, all bars in one polygon collection (fast for thousands of bars)."""
+    import matplotlib  # optional heavy dependency: only pictures need it
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
     items = _bars(bars)
@@ -176,18 +157,23 @@ def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
     lanes: dict[str, int] = {}
     for b in items:
         lanes.setdefault(b.label, len(lanes))
-    span = max(b.end for b in items) - min(b.start for b in items) or 1.0
-    fig, ax = plt.subplots(figsize=(min(4 + 0.12 * len(items) / max(1, len(lanes)) * 3, 24),
-                                    1 + 0.45 * len(lanes)))
+    t0 = min(b.start for b in items)
+    span = max(b.end for b in items) - t0 or 1.0
+    width = min(4 + 0.12 * len(items) / max(1, len(lanes)) * 3, 24)
+    fig, ax = plt.subplots(figsize=(width, 1 + 0.45 * len(lanes)))
     try:
-        for b in items:
-            y = lanes[b.label]
-            ax.barh(y, b.end - b.start, left=b.start, height=0.8, color=kind_colour(b.kind),
-                    edgecolor="black", linewidth=0.3)
-            if b.text and (b.end - b.start) / span > 0.012 * max(1, len(b.text)) / 2:
-                ax.text((b.start + b.end) / 2, y, b.text, ha="center", va="center", fontsize=6)
+        faces = [kind_colour(b.kind) for b in items]
+        ax.add_collection(PolyCollection(
+            [[(b.start, lanes[b.label] - 0.4), (b.end, lanes[b.label] - 0.4),
+              (b.end, lanes[b.label] + 0.4), (b.start, lanes[b.label] + 0.4)] for b in items],
+            facecolors=faces, edgecolors="black", linewidths=0.3))
+        labelled = [b for b in items if b.text and (b.end - b.start) / span > 0.006 * len(b.text)]
+        for b in labelled[:3000]:
+            ax.text((b.start + b.end) / 2, lanes[b.label], b.text, ha="center", va="center",
+                    fontsize=6, color=palette.kind_style(b.kind).text, clip_on=True)
+        ax.set_xlim(t0 - 0.01 * span, t0 + 1.01 * span)
+        ax.set_ylim(len(lanes) - 0.5, -0.5)
         ax.set_yticks(range(len(lanes)), list(lanes))
-        ax.invert_yaxis()
         ax.set_xlabel(time_label)
         if title:
             ax.set_title(title)
@@ -202,7 +188,7 @@ def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
     return path
 
 
-def chrome_trace(bars: Iterable[Sequence], unit_us: float = 1e6, process: str = "octopipe") -> dict:
+def bars_trace(bars: Iterable[Sequence], unit_us: float = 1e6, process: str = "octopipe") -> dict:
     """The Chrome trace-event document of `bars` (times multiplied by `unit_us` → µs)."""
     items = _bars(bars)
     lanes: dict[str, int] = {}
@@ -228,18 +214,29 @@ def idealized_bars(it: IdealizedTable) -> list[Bar]:
     return [Bar(*row) for row in it.rows()]
 
 
-def idealized_gantt(path: str | Path, it: IdealizedTable, title: str | None = None) -> Path:
-    """The PNG Gantt chart of an idealized table (time in slots)."""
+def idealized_timeline(it: IdealizedTable) -> Timeline:
+    """The device timeline of an idealized table, in slots (no transfers: they take no slot)."""
+    acts = it.actions
+    return timeline(it.n_devices, {"device": it.device, "kind": [a.kind.value for a in acts],
+                                   "start": it.start, "end": it.end,
+                                   "stage": [a.stage for a in acts],
+                                   "microbatch": [a.microbatch for a in acts]}, time_unit="slot")
+
+
+def idealized_timeline_png(path: str | Path, it: IdealizedTable, title: str | None = None) -> Path:
+    """The device timeline PNG of an idealized table (time in slots)."""
     title = title or (f"{it.table.name}: {it.makespan:g} slots, bubble {it.bubble_ratio:.1%} "
                       f"(F:I:W = {it.costs.f:g}:{it.costs.i:g}:{it.costs.w:g})")
-    return gantt_png(path, idealized_bars(it), title, time_label="slot")
+    return save_timeline_png(path, idealized_timeline(it), title)
 
 
 def idealized_trace(it: IdealizedTable) -> dict:
     """The Chrome trace of an idealized table, one slot shown as one millisecond."""
-    return chrome_trace(idealized_bars(it), IDEALIZED_SLOT_US, process=f"{it.table.name} (idealized)")
+    return bars_trace(idealized_bars(it), IDEALIZED_SLOT_US, process=f"{it.table.name} (idealized)")
 
+
+chrome_trace = bars_trace  # the name modes/plan.py imports until the rename after merge
 
 __all__ = ["Bar", "kind_colour", "grid_renderable", "print_grid", "grid_text", "legend", "gantt_png",
-           "chrome_trace", "write_trace", "idealized_bars", "idealized_gantt", "idealized_trace",
-           "IDEALIZED_SLOT_US", "ActionKind"]
+           "bars_trace", "write_trace", "idealized_bars", "idealized_timeline",
+           "idealized_timeline_png", "idealized_trace", "IDEALIZED_SLOT_US", "ActionKind"]

@@ -1,9 +1,15 @@
-"""The plan report (report.md) and the timed bars of a simulation for the trace and timeline."""
+"""The plan report (report.md), the timed bars of its simulation (trace.json) and its timeline.png."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from octopipe.schedule.action import Action
+from octopipe.schedule.timeline import Timeline, save_timeline_png, timeline
+from octopipe.sim.trace import sim_timeline_png
 from octopipe.tune.attribution import CAUSES
 
 GIB = 2.0 ** 30
+
 
 def sim_bars(sim) -> list[tuple]:
     """(lane, kind, start, end, text) per compute action and per transfer of a SimResult."""
@@ -18,37 +24,33 @@ def sim_bars(sim) -> list[tuple]:
                      float(sim.transfer_end[t]), str(P.action(int(P.t_producer[t])))))
     return bars
 
-def timeline_png(path, bars: list[tuple], title: str, max_bars: int = 3000):
-    """The timeline PNG: the shared Gantt renderer, or one `broken_barh` per lane and kind
-    for large plans (drawing tens of thousands of bars one by one takes minutes)."""
-    from octopipe.schedule.render import gantt_png, kind_colour
-    if len(bars) <= max_bars:
-        return gantt_png(path, bars, title, time_label="seconds")
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    lanes: dict[str, int] = {}
-    groups: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for lane, kind, t0, t1, _ in bars:
-        y = lanes.setdefault(lane, len(lanes))
-        groups.setdefault((y, kind), []).append((t0, t1 - t0))
-    fig, ax = plt.subplots(figsize=(16, 1 + 0.3 * len(lanes)))
-    try:
-        for (y, kind), spans in groups.items():
-            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=kind_colour(kind), linewidth=0)
-        ax.set_yticks(range(len(lanes)), list(lanes), fontsize=6)
-        ax.invert_yaxis()
-        ax.set_xlabel("seconds")
-        ax.set_title(title)
-        kinds = sorted({k for _, k in groups})
-        ax.legend(handles=[Patch(color=kind_colour(k), label=k) for k in kinds], loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
-    return path
+
+def plan_timeline_png(path, sim, title: str) -> Path:
+    """The plan's timeline.png: the device timeline of its simulation (`sim`, a SimResult)."""
+    return sim_timeline_png(sim, path, title)
+
+
+def _timeline_of_sim_bars(bars: list[tuple]) -> Timeline:
+    """The inverse of `sim_bars`: ``dev d`` bars are compute slices, ``link s→d`` bars transfers."""
+    compute = {"device": [], "kind": [], "start": [], "end": [], "stage": [], "microbatch": []}
+    transfers = {"src": [], "dst": [], "kind": [], "start": [], "end": []}
+    for lane, kind, t0, t1, text in bars:
+        if lane.startswith("link "):
+            src, dst = lane[5:].split("→")
+            for key, value in zip(transfers, (int(src), int(dst), kind, t0, t1)):
+                transfers[key].append(value)
+            continue
+        a = Action.parse(text)
+        for key, value in zip(compute, (int(lane[4:]), kind, t0, t1, a.stage, a.microbatch)):
+            compute[key].append(value)
+    n_devices = 1 + max(compute["device"] + transfers["src"] + transfers["dst"], default=0)
+    return timeline(n_devices, compute, transfers)
+
+
+def timeline_png(path, bars: list[tuple], title: str, max_bars: int = 3000) -> Path:
+    """The plan's timeline.png from `sim_bars` (the call modes/plan.py makes until the rename
+    after merge; `max_bars` is no longer needed: every size draws as fast)."""
+    return save_timeline_png(path, _timeline_of_sim_bars(bars), title)
 
 
 def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
@@ -99,4 +101,4 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
                      f"{h['move']} | {h['candidate']} |")
     return "\n".join(lines) + "\n"
 
-__all__ = ["plan_report", "sim_bars"]
+__all__ = ["plan_report", "sim_bars", "plan_timeline_png"]

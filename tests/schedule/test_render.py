@@ -10,7 +10,7 @@ from rich.console import Console
 from octopipe.errors import ScheduleError
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.lower import lower
-from octopipe.schedule.render import (Bar, chrome_trace, gantt_png, grid_text, idealized_gantt,
+from octopipe.schedule.render import (Bar, bars_trace, gantt_png, grid_text, idealized_timeline_png,
                                       idealized_trace, kind_colour, print_grid, write_trace)
 
 from hand_tables import one_f_one_b
@@ -46,7 +46,7 @@ def test_wide_grids_wrap_into_column_blocks_and_colour():
 
 def test_gantt_png_is_written(tmp_path):
     it = idealize(one_f_one_b(3, 4), "1:1:1")
-    path = idealized_gantt(tmp_path / "timeline.png", it)
+    path = idealized_timeline_png(tmp_path / "timeline.png", it)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     generic = gantt_png(tmp_path / "g.png", [("link 0->1", "SEND_F", 0.0, 1e-3), ("dev 0", "F", 0, 2e-3, "0F0"),
                                              ("dev 0", "custom", 2e-3, 3e-3)], "generic", "s")
@@ -66,14 +66,14 @@ def test_chrome_trace_events_carry_the_slots(tmp_path):
 
 
 def test_generic_bars_in_seconds():
-    trace = chrome_trace([Bar("dev 0", "F", 0.5, 0.75, "0F0")])
+    trace = bars_trace([Bar("dev 0", "F", 0.5, 0.75, "0F0")])
     (x,) = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert (x["ts"], x["dur"], x["name"]) == (500000.0, 250000.0, "0F0")
 
 
 def test_bad_bars_are_refused(tmp_path):
     with pytest.raises(ScheduleError, match="ends at 1.0 before it starts at 2.0"):
-        chrome_trace([("dev 0", "F", 2.0, 1.0)])
+        bars_trace([("dev 0", "F", 2.0, 1.0)])
     with pytest.raises(ScheduleError, match=r"a bar is \(label, kind, start, end\[, text\]\)"):
         gantt_png(tmp_path / "x.png", [("dev 0", "F", 1.0)])
     with pytest.raises(ScheduleError, match="at least one bar"):
