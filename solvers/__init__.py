@@ -12,22 +12,15 @@ Public API (stable, used by the tuner):
 """
 from __future__ import annotations
 
-import warnings
-
-# PuLP 3.x announces its 4.0 API on every variable; the old API is the one pulp>=2.7 shares.
-warnings.filterwarnings("ignore", message=r".*PuLP 4\.0.*", category=DeprecationWarning)
-warnings.filterwarnings("ignore", message=r".*PULP_CBC_CMD is deprecated.*", category=DeprecationWarning)
-warnings.filterwarnings("ignore", message=r".*LpProblem\.constraints as a dict.*", category=DeprecationWarning)
-
-from solvers.backend import SolverConfig  # noqa: E402
-from solvers.brute import brute_force_partition, brute_force_placement  # noqa: E402
-from solvers.dp import dp_partition  # noqa: E402
-from solvers.greedy import greedy_partition, improve_by_shifts  # noqa: E402
-from solvers.instance import PartitionInstance  # noqa: E402
-from solvers.partition_ilp import solve_instance, solve_partition  # noqa: E402
-from solvers.placement_ilp import solve_partition_placement, solve_placement_instance  # noqa: E402
-from solvers.result import PartitionResult  # noqa: E402
-from solvers.smt import SmtVerdict, check_deadlock_free, check_memory_feasible  # noqa: E402
+from solvers.backend import SolverConfig
+from solvers.brute import brute_force_partition, brute_force_placement
+from solvers.dp import dp_partition
+from solvers.greedy import greedy_partition, improve_by_shifts
+from solvers.instance import PartitionInstance
+from solvers.partition_ilp import solve_instance, solve_partition
+from solvers.placement_ilp import solve_partition_placement, solve_placement_instance
+from solvers.result import PartitionResult
+from solvers.smt import SmtVerdict, check_deadlock_free, check_memory_feasible
 
 __all__ = ["SolverConfig", "PartitionInstance", "PartitionResult", "solve_partition",
            "solve_instance", "solve_partition_placement", "solve_placement_instance",

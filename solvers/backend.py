@@ -1,10 +1,12 @@
-"""MILP backends: CBC (bundled with PuLP) by default, HiGHS where `highspy` is installed.
+"""MILP backends: CBC (PuLP's `COIN_CMD`) by default, HiGHS where `highspy` is installed.
 
 `SolverConfig` mirrors `conf/solver/*.yaml`; `make_solver` turns it into a PuLP solver object and
 `run_model` solves a PuLP problem and reports status, bound and time in one value.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -57,17 +59,35 @@ class SolverConfig:
 
 def highs_available() -> bool:
     try:
-        import highspy  # noqa: F401
+        import highspy  # noqa: F401  (optional extra: only probed, and only when asked for)
     except ImportError:
         return False
     return True
 
 
+def cbc_path() -> str:
+    """The CBC executable: the one PuLP 3 ships (the binary the ILPs were always solved with),
+    else a `cbc` on PATH (`pip install pulp[cbc]` installs one)."""
+    bundled = getattr(getattr(pulp.apis, "coin_api", None), "pulp_cbc_path", None)
+    if bundled and os.access(bundled, os.X_OK):
+        return bundled
+    found = shutil.which("cbc")
+    if found is None:
+        raise SolverUnavailableError("solver=cbc needs the CBC executable, which was not found: "
+                                     "run `pip install pulp[cbc]`, or use solver=highs")
+    return found
+
+
+def cbc(**options: Any) -> pulp.COIN_CMD:
+    """CBC through PuLP's `COIN_CMD` with `options` (msg, timeLimit, gapRel, threads, ...)."""
+    return pulp.COIN_CMD(path=cbc_path(), **options)
+
+
 def make_solver(cfg: SolverConfig) -> pulp.LpSolver:
     """The PuLP solver object for `cfg`; SolverUnavailableError if HiGHS is asked for but absent."""
     if cfg.name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap,
-                                 threads=cfg.threads, options=list(cfg.cbc_options))
+        return cbc(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads,
+                   options=list(cfg.cbc_options))
     if not highs_available():
         raise SolverUnavailableError("solver=highs needs the HiGHS Python bindings, which are not "
                                      "installed: run `pip install highspy` (or `pip install "

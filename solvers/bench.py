@@ -23,11 +23,17 @@ import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.table import CostTable
+from octopipe.io import write_json
+from octopipe.load import load_inputs
+from octopipe.schedule.library import build_schedule
+from octopipe.schedule.lower import lower
 from solvers.backend import SolverConfig
+from solvers.compare import preset_config
 from solvers.dp import dp_partition
 from solvers.instance import PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
+from solvers.smt.deadlock import check_deadlock_free
 
 
 def first_layers(costs: CostTable, n: int) -> CostTable:
@@ -58,9 +64,7 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
 
 
 def preset_instance(model: str, cluster: str, n_layers: int, pp: int) -> PartitionInstance:
-    from solvers.compare import _cfg
-    from octopipe.load import load_inputs
-    _, cl, costs = load_inputs(_cfg(model, cluster, pp))
+    _, cl, costs = load_inputs(preset_config(model, cluster, pp))
     return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)), "1f1b", 32)
 
 
@@ -95,9 +99,6 @@ def bench_partition(cfg: SolverConfig, quick: bool) -> list[dict]:
 
 
 def bench_smt(quick: bool) -> list[dict]:
-    from octopipe.schedule.library import build_schedule
-    from octopipe.schedule.lower import lower
-    from solvers.smt.deadlock import check_deadlock_free
     rows = []
     names = ("1f1b", "interleaved") if quick else ("1f1b", "interleaved", "zbh1", "zbv")
     for name in names:
@@ -116,8 +117,6 @@ def bench_smt(quick: bool) -> list[dict]:
 
 def bench_smt_large() -> list[dict]:
     """The deadlock check on a tuned-size table: 18,432 compute actions in 48 stages."""
-    from octopipe.schedule.library import build_schedule
-    from solvers.smt.deadlock import check_deadlock_free
     table = build_schedule("zbh1", 8, 128, 6)
     n_actions = sum(1 for _ in table)
     rows = []
@@ -154,7 +153,6 @@ def bench_joint(cfg: SolverConfig, quick: bool) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from octopipe.run import write_json
     ap = argparse.ArgumentParser(prog="python -m solvers.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer instances, shorter limits")
     ap.add_argument("--solver", default="cbc", choices=("cbc", "highs"))

@@ -4,14 +4,16 @@ Instances are real model presets (analytic costs) on a homogeneous and a heterog
 preset, split into 4–32 stages. Two problems are solved:
 
 - *fixed placement* (stage s on device s mod pp): DP (where each device holds one stage),
-  brute force (where at most 50 000 partitions exist), greedy, greedy + local search, the presolved partition ILP and the plain partition ILP;
+  brute force (where at most 50 000 partitions exist), greedy, greedy + local search, the
+  presolved partition ILP and the plain partition ILP;
 - *joint partition + placement* (each device holds n_stages/pp stages, any map): the joint ILP,
   on instances up to `joint_max_stages`.
 
 For each result: objective (bottleneck seconds per micro-batch), gap to the best known optimum
 of its problem (and, for the joint problem, to the fixed-placement optimum: what freeing the
 placement gains), solve time, proven optimality, memory fit. Output: a rich table, rows in
-`results.csv`, `summary.json` and `solve_time.png` (solve time against instance size).
+`results.csv`, `summary.json` and `solve_time.png` (solve time against instance size). On a
+terminal a progress bar shows the case being run and an estimate of the time left.
 
     python -m solvers.compare [--small] [--solver cbc|highs] [--out DIR]
 """
@@ -20,14 +22,20 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+from dataclasses import asdict, dataclass, fields, replace
 from math import comb
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Mapping
 
 import numpy as np
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
 
-from octopipe.errors import InfeasibleError, OctoPipeError
+from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
+from octopipe.io import CONF_DIR, write_json
+from octopipe.load import load_cluster, load_inputs
+from octopipe.schedule.table import loop_placement
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
 from solvers.dp import dp_partition
@@ -35,15 +43,45 @@ from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
+from solvers.progress import Progress, progress_bar
 from solvers.result import PartitionResult
 
 BRUTE_MAX = 50_000          # partitions brute force may enumerate in the comparison
-CONF = Path(__file__).resolve().parent.parent / "conf"
-FULL = dict(models=("nemotron_h_8b", "llama3_8b", "qwen2_vl_7b", "qwen3_30b_a3b"),
-            clusters=("h100_4x8", "hetero_a100_h100"), stages=(4, 8, 16, 32),
-            microbatches=16, joint_max_stages=8, plain_time_limit_s=20.0)
-SMALL = dict(models=("tiny_hybrid",), clusters=("h100_1x8", "hetero_a100_h100"), stages=(2, 4),
-             microbatches=4, joint_max_stages=4, plain_time_limit_s=5.0)
+
+
+@dataclass(frozen=True)
+class InstanceSet:
+    """Which instances the comparison builds, and the limits of its slower methods.
+
+    Every model on every cluster split into each stage count; the joint ILP runs up to
+    `joint_max_stages` stages, the plain partition ILP within `plain_time_limit_s`.
+    """
+
+    models: tuple[str, ...]
+    clusters: tuple[str, ...]
+    stages: tuple[int, ...]
+    microbatches: int
+    joint_max_stages: int
+    plain_time_limit_s: float
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> "InstanceSet":
+        """This set with the fields named in `overrides` replaced (sequences become tuples)."""
+        over = dict(overrides or {})
+        known = {f.name: f for f in fields(self)}
+        unknown = sorted(set(over) - set(known))
+        if unknown:
+            raise ConfigError(f"solver.compare has no option {', '.join(unknown)}; choose from "
+                              f"{', '.join(known)}")
+        cast = {"microbatches": int, "joint_max_stages": int, "plain_time_limit_s": float}
+        return replace(self, **{k: (tuple(v) if isinstance(v, (list, tuple)) else
+                                    cast[k](v) if k in cast else v) for k, v in over.items()})
+
+
+FULL = InstanceSet(models=("nemotron_h_8b", "llama3_8b", "qwen2_vl_7b", "qwen3_30b_a3b"),
+                   clusters=("h100_4x8", "hetero_a100_h100"), stages=(4, 8, 16, 32),
+                   microbatches=16, joint_max_stages=8, plain_time_limit_s=20.0)
+SMALL = InstanceSet(models=("tiny_hybrid",), clusters=("h100_1x8", "hetero_a100_h100"),
+                    stages=(2, 4), microbatches=4, joint_max_stages=4, plain_time_limit_s=5.0)
 
 
 @dataclass(frozen=True)
@@ -63,28 +101,26 @@ class Instance:
         return self.inst.n_layers * self.n_stages
 
 
-def _cfg(model: str, cluster: str, pp: int) -> Any:
-    from omegaconf import OmegaConf
-    return OmegaConf.create({"model": OmegaConf.load(CONF / "model" / f"{model}.yaml"),
-                             "cluster": OmegaConf.load(CONF / "cluster" / f"{cluster}.yaml"),
-                             "cost": OmegaConf.load(CONF / "cost" / "analytic.yaml"), "pp": pp})
+def preset_config(model: str, cluster: str, pp: int | None) -> Any:
+    """The config of model and cluster presets with analytic costs at `pp` stages."""
+    return OmegaConf.create({"model": OmegaConf.load(CONF_DIR / "model" / f"{model}.yaml"),
+                             "cluster": OmegaConf.load(CONF_DIR / "cluster" / f"{cluster}.yaml"),
+                             "cost": OmegaConf.load(CONF_DIR / "cost" / "analytic.yaml"), "pp": pp})
 
 
-def build_instances(models: Iterable[str], clusters: Iterable[str], stages: Iterable[int],
-                    microbatches: int) -> list[Instance]:
+def build_instances(instances: InstanceSet) -> list[Instance]:
     """Every (model, cluster, stage count); pp = the cluster's devices up to the stage count."""
-    from octopipe.load import load_cluster, load_inputs
-    from octopipe.schedule.table import loop_placement
+    microbatches = instances.microbatches
     out = []
-    for model in models:
-        for cluster in clusters:
-            n_dev = load_cluster(_cfg(model, cluster, None)).n_devices
-            for S in stages:
+    for model in instances.models:
+        for cluster in instances.clusters:
+            n_dev = load_cluster(preset_config(model, cluster, None)).n_devices
+            for S in instances.stages:
                 pp = min(S, n_dev)
                 while S % pp:
                     pp -= 1
                 chunks = S // pp
-                _, cl, costs = load_inputs(_cfg(model, cluster, pp))
+                _, cl, costs = load_inputs(preset_config(model, cluster, pp))
                 if S > costs.n_layers:
                     continue
                 schedule = "1f1b" if chunks == 1 else "interleaved"
@@ -126,13 +162,19 @@ def solve_all(item: Instance, cfg: SolverConfig, joint_max_stages: int,
     return res
 
 
-def compare(models: Iterable[str], clusters: Iterable[str], stages: Iterable[int],
-            microbatches: int, cfg: SolverConfig, joint_max_stages: int,
-            plain_time_limit_s: float, log=print) -> list[dict]:
-    """Rows of the comparison (one per instance and method), gaps filled in."""
+def compare(instances: InstanceSet, cfg: SolverConfig, log=print,
+            progress: Progress | None = None) -> list[dict]:
+    """Rows of the comparison (one per instance and method), gaps filled in.
+
+    `progress` hears of each case before it runs, weighted by instance size (layers x stages).
+    """
     rows: list[dict] = []
-    for item in build_instances(models, clusters, stages, microbatches):
-        results = solve_all(item, cfg, joint_max_stages, plain_time_limit_s)
+    items = build_instances(instances)
+    total, done = float(sum(item.size for item in items)), 0.0
+    for item in items:
+        if progress is not None:
+            progress(item.label, done, total)
+        results = solve_all(item, cfg, instances.joint_max_stages, instances.plain_time_limit_s)
         fixed_best = None
         for problem in ("fixed", "joint"):
             mine = [r for p, r in results if p == problem]
@@ -156,6 +198,9 @@ def compare(models: Iterable[str], clusters: Iterable[str], stages: Iterable[int
                              "fits_memory": r.fits_memory, "n_variables": r.n_variables,
                              "n_constraints": r.n_constraints})
         log(f"  {item.label}: " + ", ".join(f"{r.method} {r.solve_time_s:.2f}s" for _, r in results))
+        done += item.size
+    if progress is not None:
+        progress("done", done, total)
     return rows
 
 
@@ -175,8 +220,6 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def print_table(rows: list[dict], summary: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
     con = Console(width=160)
     t = Table(title="solver comparison (objective = bottleneck device time per micro-batch)")
     for col in ("instance", "problem", "method", "objective ms", "gap", "time s", "proven", "fits"):
@@ -200,7 +243,7 @@ def print_table(rows: list[dict], summary: dict) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: loaded only when a figure is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -220,14 +263,17 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
-                   overrides: dict | None = None, log=print) -> dict:
-    """Run, print, and write results.csv, summary.json and solve_time.png into `out_dir`."""
-    from octopipe.run import write_json
-    opts = {**(SMALL if small else FULL), **(overrides or {})}
+                   overrides: Mapping[str, Any] | None = None, log=print,
+                   progress: Progress | None = None) -> dict:
+    """Run, print, and write results.csv, summary.json and solve_time.png into `out_dir`.
+
+    Without `progress`, a progress bar shows the case being run when stdout is a terminal.
+    """
+    instances = (SMALL if small else FULL).with_overrides(overrides)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rows = compare(opts["models"], opts["clusters"], opts["stages"], int(opts["microbatches"]), cfg,
-                   int(opts["joint_max_stages"]), float(opts["plain_time_limit_s"]), log=log)
+    with progress_bar("solvers", show=False if progress else None) as bar:
+        rows = compare(instances, cfg, log=log, progress=progress or bar)
     if not rows:
         raise OctoPipeError("the comparison has no instance: every stage count exceeds the models' layers")
     summary = summarize(rows)
@@ -240,7 +286,8 @@ def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
     doc = {"solver": cfg.name, "time_limit_s": cfg.time_limit_s, "small": small,
            "n_instances": len({r["instance"] for r in rows}), "n_results": len(rows),
            "wall_time_s": time.perf_counter() - t0, "methods": summary, "rows": rows,
-           "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}}
+           "options": {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in asdict(instances).items()}}
     write_json(out_dir / "summary.json", doc)
     return doc
 

@@ -5,58 +5,27 @@
           static_d(z) + act_d(z) <= capacity_d    for every device d
           z a staircase (solvers.staircase)
 
-`load_d` sums F+I+W of the device's stages on its own kind plus one transfer per crossing
-boundary it touches (latency + boundary bytes / link bandwidth; the bytes depend on where the
-boundary falls, linearly in z). Times are scaled to units of the mean stage's work and bytes to
-GiB so that the solver's tolerances are meaningful. Any placement works, including several
-non-adjacent stages per device.
+`load_d` and `memory_d` are `solvers.partition_model`'s terms, in `solvers.units`' scales. Any
+placement works, including several non-adjacent stages per device.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Sequence
 
-import numpy as np
 import pulp
 
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
 from solvers.backend import SolverConfig, run_model
+from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import PartitionInstance, partition_from_bounds
+from solvers.partition_model import add_device_terms
 from solvers.result import PartitionResult, make_result
+from solvers.shortfall import explain_shortfall
 from solvers.staircase import Staircase, reach_windows
-
-GIB = float(2 ** 30)
-
-
-def time_unit(inst: PartitionInstance) -> float:
-    return max(float(inst.work_ps[-1].min()) / inst.n_stages, 1e-12)
-
-
-def add_device_terms(inst: PartitionInstance, stair: Staircase, placement: Sequence[int],
-                     tu: float) -> tuple[list, list]:
-    """Per device: (load terms, load constant) and (memory terms) for a fixed placement."""
-    D = inst.n_devices
-    work = inst.costs.f + inst.costs.i + inst.costs.w
-    mult = inst.act_mult(placement)
-    load = [([], 0.0) for _ in range(D)]
-    mem = [[] for _ in range(D)]
-    for s, d in enumerate(placement):
-        load[d][0].extend(stair.stage_terms(s, work[:, inst.col[d]], 1.0 / tu))
-        mem_layer = inst.costs.static_bytes + mult[s] * inst.costs.act_bytes
-        mem[d].extend(stair.stage_terms(s, mem_layer, 1.0 / GIB))
-    load = [list(x) for x in load]
-    for s in range(inst.n_stages - 1):
-        a, b = placement[s], placement[s + 1]
-        link = inst.cluster.link(a, b)
-        if link is None:
-            continue
-        terms = stair.boundary_terms(s, inst.costs.out_bytes, 1.0 / (link.bandwidth * tu))
-        for d in (a, b):
-            load[d][0].extend(terms)
-            load[d][1] += link.latency / tu
-    return load, mem
+from solvers.units import GIB, time_unit
 
 
 def incumbent_windows(inst: PartitionInstance, placement: Sequence[int]
@@ -66,7 +35,6 @@ def incumbent_windows(inst: PartitionInstance, placement: Sequence[int]
     Any plan at least as good as the greedy one has every stage's work below that objective, so
     stage ends outside the reachable windows can be fixed before the solver starts.
     """
-    from solvers.greedy import greedy_partition, improve_by_shifts
     fixed = inst.with_placement(placement)
     g = improve_by_shifts(fixed, greedy_partition(fixed))
     if not g.fits_memory:
@@ -93,7 +61,7 @@ def solve_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
         raise OctoPipeError("solve_instance needs a placement; use solve_partition_placement")
     tu = time_unit(inst)
     prob = pulp.LpProblem("partition", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=0)
+    T = prob.add_variable("T", lowBound=0)
     prob += T
     windows, ub = incumbent_windows(inst, placement) if presolve else (None, None)
     stair = Staircase(prob, inst.n_layers, inst.n_stages, windows=windows)
@@ -108,7 +76,7 @@ def solve_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
             prob += stair.expr(mem[d]) <= inst.cap[d] / GIB, f"mem_{d}"
     out = run_model(prob, cfg)
     name = f"ilp_{cfg.name}" if presolve else f"ilp_plain_{cfg.name}"
-    size = dict(n_variables=len(prob.variables()), n_constraints=len(prob.constraints))
+    size = dict(n_variables=len(prob.variables()), n_constraints=len(prob.constraints()))
     if not out.has_solution:
         if out.status == "Infeasible" and explain:
             raise InfeasibleError(explain_shortfall(inst, cfg))
@@ -134,46 +102,3 @@ def solve_partition(costs: CostTable, cluster: Cluster, n_stages: int,
     inst = PartitionInstance.build(costs, cluster, n_stages, placement, schedule_name,
                                    n_microbatches, chunks, inflight)
     return solve_instance(inst, solver_cfg)
-
-
-def explain_shortfall(inst: PartitionInstance, cfg: SolverConfig,
-                      placement: Sequence[int] | None = None) -> str:
-    """Why nothing fits: the smallest possible worst overflow, on which device, and what helps.
-
-    Solves `min E s.t. memory_d - capacity_d <= E` over the same partitions (and placements
-    when the placement is free): E is then the fewest bytes the tightest device is short in
-    every plan.
-    """
-    from solvers.placement_ilp import build_placement_model
-    placement = tuple(placement if placement is not None else inst.placement)
-    prob = pulp.LpProblem("shortfall", pulp.LpMinimize)
-    E = pulp.LpVariable("E")
-    prob += E
-    if placement:
-        stair = Staircase(prob, inst.n_layers, inst.n_stages)
-        _, mem = add_device_terms(inst, stair, placement, time_unit(inst))
-        for d in range(inst.n_devices):
-            if mem[d]:
-                prob += stair.expr(mem[d]) - inst.cap[d] / GIB <= E, f"short_{d}"
-        get = lambda: (partition_from_bounds(stair.bounds(), inst.n_layers), placement)  # noqa: E731
-    else:
-        model = build_placement_model(prob, inst, objective=None)
-        for d in range(inst.n_devices):
-            prob += model.mem_expr[d] - inst.cap[d] / GIB <= E, f"short_{d}"
-        get = model.solution
-    out = run_model(prob, cfg)
-    if not out.has_solution:
-        return (f"no plan fits the devices' memory and the shortfall model did not solve "
-                f"({out.status}); add devices or reduce activation memory")
-    part, pl = get()
-    _, memory = inst.evaluate(part, pl)
-    short = memory - inst.cap
-    d = int(np.argmax(short))
-    static = sum(inst.static_ps[hi] - inst.static_ps[lo] for (lo, hi), x in zip(part, pl) if x == d)
-    acts = memory[d] - static
-    kind = inst.cluster.kind_of(d).name
-    return (f"the model does not fit: even in the best plan device {d} ({kind}, "
-            f"{inst.cap[d] / GIB:.1f} GiB) is {short[d] / GIB:.2f} GiB ({short[d]:.3e} bytes) short "
-            f"(static {static / GIB:.2f} GiB + activations {acts / GIB:.2f} GiB for "
-            f"{inst.inflight[d]:g} micro-batches in flight); use more devices (pp), activation "
-            f"recomputation, or a schedule with fewer micro-batches in flight")

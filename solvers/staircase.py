@@ -41,7 +41,7 @@ class Staircase:
         for s in range(n_stages - 1):
             for j in range(n_layers):
                 if self.fixed(s, j) is None:
-                    self.var[s, j] = pulp.LpVariable(f"{prefix}_{s}_{j}", cat=pulp.LpBinary)
+                    self.var[s, j] = prob.add_variable(f"{prefix}_{s}_{j}", cat=pulp.LpBinary)
         for (s, j), v in self.var.items():
             nxt, up = self.cell(s, j + 1), self.cell(s + 1, j + 1)
             prev = self.cell(s, j - 1) if j > 0 else 1

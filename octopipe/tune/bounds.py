@@ -18,11 +18,10 @@ times), solved exactly with CBC (`pulp`). The result is never below `lower_bound
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from octopipe.tune.candidate import Problem
+from solvers.backend import cbc
 
 
 def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
@@ -49,8 +48,8 @@ def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
     start = np.concatenate([[0.0], np.cumsum(f)])[:D]
     chain = np.array([0.0] + [float(i[:k].sum() + w[0]) for k in range(1, D)])
     prob = pulp.LpProblem("device_bound", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=0)
-    n = {(t, k): pulp.LpVariable(f"n_{t}_{k}", lowBound=0, upBound=cnt, cat="Integer")
+    T = prob.add_variable("T", lowBound=0)
+    n = {(t, k): prob.add_variable(f"n_{t}_{k}", lowBound=0, upBound=cnt, cat="Integer")
          for t, cnt in enumerate(types.values()) for k in range(D)}
     prob += T
     tv = list(types.items())
@@ -60,9 +59,7 @@ def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
         prob += T >= float(start[k]) + M * pulp.lpSum(tw * n[t, k] for t, ((tw, _), _) in enumerate(tv))
         prob += T >= (float(start[k]) + float(chain[k])
                       + M * pulp.lpSum(tfi * n[t, k] for t, ((_, tfi), _) in enumerate(tv)))
-    with warnings.catch_warnings():     # pulp 3.x announces its 4.0 API changes on every call
-        warnings.simplefilter("ignore", DeprecationWarning)
-        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    prob.solve(cbc(msg=False, timeLimit=time_limit_s))
     if prob.sol_status != pulp.LpSolutionOptimal or T.value() is None:
         return base
     # CBC's optimum is exact up to its integrality tolerance; shave a hair so the bound stays valid

@@ -30,6 +30,7 @@ from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
 from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.validate import data_predecessors
 
 SEMANTICS = ("eager", "rendezvous", "batched")
 
@@ -124,7 +125,6 @@ class EventGraph:
 
 
 def _same_device_preds(table: ScheduleTable, a: Action, split: set[tuple[int, int]]) -> list[Action]:
-    from octopipe.schedule.validate import data_predecessors
     d = table.device_of(a.stage, a.microbatch)
     return [p for p in data_predecessors(a, table.n_stages, split)
             if table.device_of(p.stage, p.microbatch) == d]

@@ -10,6 +10,7 @@ import pytest
 
 from solvers.backend import SolverConfig
 from solvers.compare import run_experiment
+from solvers.progress import progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,3 +37,25 @@ def test_mode_solvers_cli(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "solvers" and summary["n_instances"] >= 1
     assert "ilp_cbc" in summary["methods"] and (out / "solve_time.png").exists()
+
+
+def test_progress_hears_every_case_in_order_and_the_end(tmp_path):
+    seen: list[tuple[str, float, float]] = []
+    doc = run_experiment(tmp_path, SolverConfig("cbc", 20.0), small=True,
+                         overrides={"stages": [2]}, log=lambda *_: None,
+                         progress=lambda case, done, total: seen.append((case, done, total)))
+    labels = list(dict.fromkeys(r["instance"] for r in doc["rows"]))
+    total = float(sum(r["size"] for r in {r["instance"]: r for r in doc["rows"]}.values()))
+    assert [case for case, _, _ in seen] == labels + ["done"]
+    assert seen[-1] == ("done", total, total)
+    dones = [done for _, done, _ in seen]
+    assert dones == sorted(dones) and dones[0] == 0.0
+
+
+def test_progress_bar_is_silent_off_a_terminal_and_draws_on_demand(capsys):
+    with progress_bar("solvers") as step:
+        step("case", 1.0, 2.0)
+    assert capsys.readouterr().out == ""
+    with progress_bar("solvers", show=True) as step:
+        step("case", 1.0, 2.0)
+        step("done", 2.0, 2.0)

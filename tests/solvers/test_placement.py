@@ -12,8 +12,8 @@ from octopipe.errors import ConfigError, InfeasibleError
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_placement
 from solvers.instance import PartitionInstance
-from solvers.placement_ilp import (device_keys, interchangeable, memory_cannot_bind,
-                                   solve_placement_instance, split_runs)
+from solvers.placement_ilp import solve_placement_instance
+from solvers.placement_model import device_keys, interchangeable, memory_cannot_bind, split_runs
 from tests.solvers.instances import GB, make_cluster, random_costs
 
 SHAPES = [(2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (4, 1)]     # (devices, stages per device)
