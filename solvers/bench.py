@@ -58,9 +58,8 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
 
 
 def preset_instance(model: str, cluster: str, n_layers: int, pp: int) -> PartitionInstance:
-    from solvers.compare import _cfg
-    from octopipe.load import load_inputs
-    _, cl, costs = load_inputs(_cfg(model, cluster, pp))
+    from solvers.compare import preset_costs
+    cl, costs = preset_costs(model, cluster, pp)
     return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)), "1f1b", 32)
 
 

@@ -27,7 +27,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from octopipe.cluster import Cluster
+from octopipe.cluster_presets import cluster_from_config
+from octopipe.config.cost import AnalyticCost
+from octopipe.config.presets import preset
+from octopipe.cost.analytic import analytic_costs
+from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
+from octopipe.model.build import build_model
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
 from solvers.dp import dp_partition
@@ -38,7 +45,6 @@ from solvers.placement_ilp import solve_placement_instance
 from solvers.result import PartitionResult
 
 BRUTE_MAX = 50_000          # partitions brute force may enumerate in the comparison
-CONF = Path(__file__).resolve().parent.parent / "conf"
 FULL = dict(models=("nemotron_h_8b", "llama3_8b", "qwen2_vl_7b", "qwen3_30b_a3b"),
             clusters=("h100_4x8", "hetero_a100_h100"), stages=(4, 8, 16, 32),
             microbatches=16, joint_max_stages=8, plain_time_limit_s=20.0)
@@ -63,28 +69,26 @@ class Instance:
         return self.inst.n_layers * self.n_stages
 
 
-def _cfg(model: str, cluster: str, pp: int) -> Any:
-    from omegaconf import OmegaConf
-    return OmegaConf.create({"model": OmegaConf.load(CONF / "model" / f"{model}.yaml"),
-                             "cluster": OmegaConf.load(CONF / "cluster" / f"{cluster}.yaml"),
-                             "cost": OmegaConf.load(CONF / "cost" / "analytic.yaml"), "pp": pp})
+def preset_costs(model: str, cluster: str, pp: int | None) -> tuple[Cluster, CostTable]:
+    """The cluster preset as `pp` ranks and the analytic costs of the model preset on it."""
+    cl = cluster_from_config(preset("cluster", cluster), pp=pp)
+    return cl, analytic_costs(AnalyticCost(), build_model(preset("model", model)), cl)
 
 
 def build_instances(models: Iterable[str], clusters: Iterable[str], stages: Iterable[int],
                     microbatches: int) -> list[Instance]:
     """Every (model, cluster, stage count); pp = the cluster's devices up to the stage count."""
-    from octopipe.load import load_cluster, load_inputs
     from octopipe.schedule.table import loop_placement
     out = []
     for model in models:
         for cluster in clusters:
-            n_dev = load_cluster(_cfg(model, cluster, None)).n_devices
+            n_dev = cluster_from_config(preset("cluster", cluster)).n_devices
             for S in stages:
                 pp = min(S, n_dev)
                 while S % pp:
                     pp -= 1
                 chunks = S // pp
-                _, cl, costs = load_inputs(_cfg(model, cluster, pp))
+                cl, costs = preset_costs(model, cluster, pp)
                 if S > costs.n_layers:
                     continue
                 schedule = "1f1b" if chunks == 1 else "interleaved"
@@ -174,10 +178,9 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def print_table(rows: list[dict], summary: dict) -> None:
-    from rich.console import Console
+def tables(rows: list[dict], summary: dict) -> tuple[Any, Any]:
+    """The results table and the per-method table (rich Tables)."""
     from rich.table import Table
-    con = Console(width=160)
     t = Table(title="solver comparison (objective = bottleneck device time per micro-batch)")
     for col in ("instance", "problem", "method", "objective ms", "gap", "time s", "proven", "fits"):
         t.add_column(col)
@@ -186,7 +189,6 @@ def print_table(rows: list[dict], summary: dict) -> None:
                   "-" if r["objective_s"] is None else f"{1e3 * r['objective_s']:.5g}",
                   "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%", f"{r['solve_time_s']:.3f}",
                   "yes" if r["proven_optimal"] else "no", "yes" if r["fits_memory"] else r["status"])
-    con.print(t)
     s = Table(title="per method")
     for col in ("method", "instances", "proven", "infeasible", "mean time s", "max time s",
                 "mean gap", "max gap"):
@@ -196,7 +198,14 @@ def print_table(rows: list[dict], summary: dict) -> None:
                   f"{v['mean_solve_time_s']:.3f}", f"{v['max_solve_time_s']:.3f}",
                   "-" if v["mean_gap"] is None else f"{100 * v['mean_gap']:.2f}%",
                   "-" if v["max_gap"] is None else f"{100 * v['max_gap']:.2f}%")
-    con.print(s)
+    return t, s
+
+
+def print_table(rows: list[dict], summary: dict) -> None:
+    from rich.console import Console
+    con = Console(width=160)
+    for t in tables(rows, summary):
+        con.print(t)
 
 
 def plot(rows: list[dict], path: Path) -> None:
