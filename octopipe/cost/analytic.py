@@ -42,7 +42,6 @@ from octopipe.cluster import Cluster
 from octopipe.config.convert import check, convert
 from octopipe.config.cost import AnalyticCost
 from octopipe.cost.table import CostTable
-from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
 from octopipe.model.shard import carry_width, is_first, is_last, shard_span

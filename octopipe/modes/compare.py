@@ -15,7 +15,6 @@ trace.json / timeline.png of the fastest simulated schedule.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np

@@ -22,7 +22,7 @@ from octopipe.config.convert import convert
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.cost.table import CostTable
-from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
+from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.baselines import as_candidate, run_baselines

@@ -13,7 +13,7 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterator, Literal, Union
+from typing import Any, Iterator, Union
 
 import pytest
 from hydra import compose, initialize_config_dir
