@@ -25,6 +25,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.config.cluster import ClusterConfig
+from octopipe.config.convert import convert
 from octopipe.errors import ConfigError
 
 GB = 1e9
@@ -52,8 +54,6 @@ LINKS: dict[str, Link] = {
     "ib_hdr": Link("ib_hdr", 23 * GB, 8e-6),
 }
 
-KEYS = ("name", "gpus_per_node", "nodes", "device", "layout", "intra_link", "inter_link")
-LAYOUTS = ("packed", "spread")
 
 
 def device_kind(name: str, field: str = "cluster.device") -> DeviceKind:
@@ -79,33 +79,15 @@ def _link(value: Any, field: str) -> Link:
     raise ConfigError(f"{field}: give a link name ({', '.join(LINKS)}) or a mapping")
 
 
-def _plain(cfg: Any) -> dict:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(cfg)
-
-
-def cluster_from_config(cfg: Any, pp: int | None = None, tp: int = 1) -> Cluster:
-    """The cluster a preset describes, as `pp` pipeline ranks of `tp` GPUs (all ranks if None)."""
-    c = _plain(cfg)
-    unknown = sorted(set(c) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"cluster: unknown key {unknown[0]!r}; valid keys: {', '.join(KEYS)}")
-    name = str(c.get("name", "cluster"))
-    gpn = c.get("gpus_per_node", 8)
-    if not isinstance(gpn, int) or gpn <= 0:
-        raise ConfigError(f"cluster.gpus_per_node={gpn!r}: must be a positive integer")
-    nodes = c.get("nodes", 1)
-    if isinstance(nodes, int) and not isinstance(nodes, bool):
-        if nodes <= 0:
-            raise ConfigError(f"cluster.nodes={nodes}: must be a positive number of nodes")
-        node_kinds = [str(c.get("device", "H100-SXM"))] * nodes
-    elif isinstance(nodes, (list, tuple)) and nodes:
-        node_kinds = [str(n) for n in nodes]
+def cluster_from_config(cfg: ClusterConfig, pp: int | None = None, tp: int = 1) -> Cluster:
+    """The cluster a preset describes, as `pp` pipeline ranks of `tp` GPUs (all ranks if None).
+    A mapping is converted first, for callers that still hold a preset's raw mapping."""
+    c = convert(ClusterConfig, cfg, "cluster.")
+    name, gpn = c.name, c.gpus_per_node
+    if isinstance(c.nodes, int):
+        node_kinds = [c.device] * c.nodes
+    elif c.nodes:
+        node_kinds = list(c.nodes)
     else:
         raise ConfigError("cluster.nodes: give a node count (with cluster.device) or a list of "
                           "device kinds, one per node")
@@ -124,15 +106,12 @@ def cluster_from_config(cfg: Any, pp: int | None = None, tp: int = 1) -> Cluster
         raise ConfigError(f"pp={n}: cluster {name!r} holds {capacity} pipeline ranks of tp={tp} "
                           f"GPU(s) ({len(node_kinds)} node(s) x {gpn} GPUs); choose pp between 1 "
                           f"and {capacity}, a smaller tp, or a larger cluster")
-    layout = str(c.get("layout", "packed"))
-    if layout not in LAYOUTS:
-        raise ConfigError(f"cluster.layout={layout!r}: valid: {', '.join(LAYOUTS)}")
-    if layout == "packed":
+    if c.layout == "packed":
         node = [r // per_node for r in range(n)]
     else:
         node = [r * len(node_kinds) // n for r in range(n)]
     device = tuple(kinds.index(DEVICE_KINDS[node_kinds[j]]) for j in node)
     slowest = min((DEVICE_KINDS[k] for k in set(node_kinds)), key=lambda d: NVLINK[d.name].bandwidth)
-    intra = _link(c["intra_link"], "cluster.intra_link") if c.get("intra_link") else NVLINK[slowest.name]
-    inter = _link(c.get("inter_link") or "ib_ndr", "cluster.inter_link")
+    intra = _link(c.intra_link, "cluster.intra_link") if c.intra_link else NVLINK[slowest.name]
+    inter = _link(c.inter_link, "cluster.inter_link")
     return Cluster(name, tuple(kinds), device, tuple(node), intra, inter)

@@ -1,50 +1,39 @@
 """`python -m octopipe.run`: the Hydra app. Modes live in `octopipe.modes.<mode>`.
 
-Each mode module exposes `run(cfg, out_dir) -> dict`; this edge turns the returned figures into
-`summary.json` (written atomically) and turns OctoPipe errors into one line on stderr, exit 2.
+The edge: register the config schema, compose, turn the DictConfig into typed values once
+(`octopipe.config.load`), build the inputs (`octopipe.modes.inputs.Inputs`, lazily), call
+`mode.run(inputs) -> Result` (or the experiment's driver), and hand the Result to the reporter,
+which prints it and writes `summary.json` and the artifacts atomically. OctoPipe errors become
+one line on stderr and exit 2.
 """
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
 
+from octopipe.config import Config, load, register
+from octopipe.config.schema import MODES
 from octopipe.errors import OctoPipeError
+from octopipe.io import CONF_DIR, preset_names, write_json
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.report import console_for, publish
 
-MODES = ("plan", "inspect", "simulate", "compare", "solvers", "execute")
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "cluster", "schedule", "solver", "tuner", "runtime", "cost", "experiment")
+UNCONVERTED = {"octopipe.modes.execute"}    # still `run(cfg, out_dir) -> dict` on the raw config
 
 
-def fail(message: str) -> "None":
+def fail(message: str) -> NoReturn:
     """Print one line (plus a marked grid for table errors) on stderr and exit with status 2."""
     print(f"octopipe: error: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def write_json(path: Path, doc: dict) -> None:
-    """Write JSON via a temporary file and rename, so a result is never half-written."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=_jsonable) + "\n")
-    os.replace(tmp, path)
-
-
-def _jsonable(x):
-    import numpy as np
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, Path):
-        return str(x)
-    raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
 def check_overrides(argv: list[str]) -> None:
@@ -54,18 +43,32 @@ def check_overrides(argv: list[str]) -> None:
             continue
         key, _, value = arg.partition("=")
         if key in GROUPS and "," not in value and value not in ("null", ""):
-            folder = CONF_DIR / key
-            names = sorted(p.stem for p in folder.glob("*.yaml"))
+            names = preset_names(key)
             if value not in names:
                 fail(f"unknown {key} preset {value!r}; valid: {', '.join(names) or '(none yet)'}")
         if key == "mode" and "," not in value and value not in MODES:
             fail(f"unknown mode {value!r}; valid: {', '.join(MODES)}")
 
 
+def composition_error(e: Exception) -> str:
+    """Hydra's multi-line report of a rejected override as one line naming the key."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    msg = lines[0] if lines else type(e).__name__
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():
+        first = str(cause).strip().splitlines()[0]
+        full_key = getattr(cause, "full_key", None)
+        if full_key and full_key not in msg and full_key not in first:
+            first = f"{full_key}: {first}"
+        msg += " " + first
+    return f"override: {msg}"
+
+
 def check_composition(argv: list[str]) -> None:
     """Compose the config once before Hydra runs, so that an override Hydra rejects (a key the
     preset lacks, bad grammar) is one line and exit 2 rather than Hydra's multi-line report.
-    Skipped when flags are given (--multirun, --help, --cfg, ...): Hydra handles those itself."""
+    Skipped when flags are given (--multirun, --help, --cfg, ...): Hydra handles those itself.
+    The values themselves are checked by `load` when the run starts (one line, exit 2)."""
     if any(a.startswith("-") for a in argv):
         return
     from hydra import compose, initialize_config_dir
@@ -73,31 +76,35 @@ def check_composition(argv: list[str]) -> None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             compose("config", overrides=[a for a in argv if "=" in a])
     except Exception as e:  # Hydra's composition and grammar errors share no narrower base
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        msg = lines[0] if lines else type(e).__name__
-        if e.__cause__ is not None and str(e.__cause__).strip():
-            msg += " " + str(e.__cause__).strip().splitlines()[0]
-        fail(f"override: {msg}")
+        fail(composition_error(e))
 
 
-def dispatch(cfg: DictConfig, out_dir: Path) -> dict:
-    mode = str(cfg.mode)
-    if mode not in MODES:
-        raise OctoPipeError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    # An experiment may name its own driver module (same `run(cfg, out_dir)` contract).
-    driver = OmegaConf.select(cfg, "experiment.driver", default=None)
-    target = str(driver) if driver else f"octopipe.modes.{mode}"
+def module_of(config: Config) -> str:
+    """The module that runs `config`: the experiment's driver, else the mode's."""
+    driver = config.experiment.driver if config.experiment is not None else None
+    return driver or f"octopipe.modes.{config.mode}"
+
+
+def dispatch(cfg: DictConfig, out_dir: Path, console: Console | None = None) -> dict[str, Any]:
+    """Run the mode `cfg` asks for and report it into `out_dir`; the summary written."""
+    console = console or console_for(160)
+    config = load(cfg)
+    target = module_of(config)
     try:
         module = importlib.import_module(target)
     except ModuleNotFoundError as e:
         if e.name == target:
-            raise OctoPipeError(f"{'experiment driver ' + target if driver else 'mode=' + mode} "
-                                f"is not available in this version") from e
+            what = f"experiment driver {target}" if target != f"octopipe.modes.{config.mode}" \
+                else f"mode={config.mode}"
+            raise OctoPipeError(f"{what} is not available in this version") from e
         raise
-    summary = module.run(cfg, out_dir)
-    summary = {"mode": mode, **summary}
-    write_json(out_dir / "summary.json", summary)
-    return summary
+    if target in UNCONVERTED:
+        summary = {"mode": config.mode, **module.run(cfg, out_dir)}
+        write_json(out_dir / "summary.json", summary)
+        return summary
+    inputs = Inputs(config, interactive=console.is_terminal,
+                    progress=lambda line: console.print(f"[dim]{line}[/dim]"))
+    return publish(module.run(inputs), config.mode, out_dir, console)
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
@@ -114,6 +121,7 @@ def _app(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    register()
     check_overrides(sys.argv[1:])
     check_composition(sys.argv[1:])
     _app()

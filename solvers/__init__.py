@@ -8,7 +8,7 @@ Public API (stable, used by the tuner):
 - `solve_partition(...)`, `solve_partition_placement(...)`: ILPs
 - `dp_partition(inst)`, `greedy_partition(inst)`, `brute_force_partition(inst)`: baselines
 - `check_deadlock_free(table, semantics)`, `check_memory_feasible(table, ...)`: SMT verdicts
-- `SolverConfig.from_cfg(cfg.solver)`: backend, time limit, gap, threads
+- `SolverConfig` (octopipe.config.solver): backend, time limit, gap, threads
 """
 from __future__ import annotations
 

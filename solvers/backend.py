@@ -1,6 +1,7 @@
 """MILP backends: CBC (PuLP's `COIN_CMD`) by default, HiGHS where `highspy` is installed.
 
-`SolverConfig` mirrors `conf/solver/*.yaml`; `make_solver` turns it into a PuLP solver object and
+`SolverConfig` (octopipe.config.solver: fields, docs, defaults and ranges of `conf/solver/*.yaml`)
+chooses the backend; `make_solver` turns it into a PuLP solver object and
 `run_model` solves a PuLP problem and reports status, bound and time in one value.
 """
 from __future__ import annotations
@@ -9,52 +10,11 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pulp
 
-from octopipe.errors import ConfigError, SolverUnavailableError
-
-BACKENDS = ("cbc", "highs")
-
-
-@dataclass(frozen=True)
-class SolverConfig:
-    """Which MILP backend to use and how long it may run.
-
-    `gap` is the relative MIP gap at which the solver may stop (0 = prove optimality);
-    `time_limit_s` caps one solve; `threads` is passed to backends that accept it;
-    `cbc_options` are extra CBC command-line options (e.g. "preprocess off").
-    """
-
-    name: str = "cbc"
-    time_limit_s: float = 30.0
-    gap: float = 0.0
-    threads: int = 1
-    msg: bool = False
-    cbc_options: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.name not in BACKENDS:
-            raise ConfigError(f"solver.name={self.name!r} is not a MILP backend; choose one of "
-                              f"{', '.join(BACKENDS)}")
-        if self.time_limit_s <= 0:
-            raise ConfigError(f"solver.time_limit_s={self.time_limit_s} must be positive")
-        if not 0 <= self.gap < 1:
-            raise ConfigError(f"solver.gap={self.gap} must be a relative gap in [0, 1)")
-        if self.threads < 1:
-            raise ConfigError(f"solver.threads={self.threads} must be at least 1")
-
-    @classmethod
-    def from_cfg(cls, cfg: Any | None) -> "SolverConfig":
-        """Build from a Hydra `solver` node (or any mapping with the same keys); None = defaults."""
-        if cfg is None:
-            return cls()
-        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
-        return cls(name=str(get("name", "cbc")), time_limit_s=float(get("time_limit_s", 30.0)),
-                   gap=float(get("gap", 0.0) or 0.0), threads=int(get("threads", 1) or 1),
-                   msg=bool(get("msg", False)),
-                   cbc_options=tuple(str(o) for o in (get("cbc_options", None) or ())))
+from octopipe.config.solver import SolverConfig
+from octopipe.errors import SolverUnavailableError
 
 
 def highs_available() -> bool:

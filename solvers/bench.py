@@ -64,7 +64,8 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
 
 
 def preset_instance(model: str, cluster: str, n_layers: int, pp: int) -> PartitionInstance:
-    _, cl, costs = load_inputs(preset_config(model, cluster, pp))
+    from solvers.compare import preset_costs
+    cl, costs = preset_costs(model, cluster, pp)
     return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)), "1f1b", 32)
 
 

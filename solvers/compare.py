@@ -28,13 +28,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
-from octopipe.io import CONF_DIR, write_json
-from octopipe.load import load_cluster, load_inputs
+from octopipe.io import write_json
+from octopipe.cluster import Cluster
+from octopipe.cluster_presets import cluster_from_config
+from octopipe.config.cost import AnalyticCost
+from octopipe.config.presets import preset
+from octopipe.cost.analytic import analytic_costs
+from octopipe.cost.table import CostTable
+from octopipe.model.build import build_model
 from octopipe.schedule.table import loop_placement
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
@@ -101,11 +106,10 @@ class Instance:
         return self.inst.n_layers * self.n_stages
 
 
-def preset_config(model: str, cluster: str, pp: int | None) -> Any:
-    """The config of model and cluster presets with analytic costs at `pp` stages."""
-    return OmegaConf.create({"model": OmegaConf.load(CONF_DIR / "model" / f"{model}.yaml"),
-                             "cluster": OmegaConf.load(CONF_DIR / "cluster" / f"{cluster}.yaml"),
-                             "cost": OmegaConf.load(CONF_DIR / "cost" / "analytic.yaml"), "pp": pp})
+def preset_costs(model: str, cluster: str, pp: int | None) -> tuple[Cluster, CostTable]:
+    """The cluster preset as `pp` ranks and the analytic costs of the model preset on it."""
+    cl = cluster_from_config(preset("cluster", cluster), pp=pp)
+    return cl, analytic_costs(AnalyticCost(), build_model(preset("model", model)), cl)
 
 
 def build_instances(instances: InstanceSet) -> list[Instance]:
@@ -114,13 +118,13 @@ def build_instances(instances: InstanceSet) -> list[Instance]:
     out = []
     for model in instances.models:
         for cluster in instances.clusters:
-            n_dev = load_cluster(preset_config(model, cluster, None)).n_devices
+            n_dev = cluster_from_config(preset("cluster", cluster)).n_devices
             for S in instances.stages:
                 pp = min(S, n_dev)
                 while S % pp:
                     pp -= 1
                 chunks = S // pp
-                _, cl, costs = load_inputs(preset_config(model, cluster, pp))
+                cl, costs = preset_costs(model, cluster, pp)
                 if S > costs.n_layers:
                     continue
                 schedule = "1f1b" if chunks == 1 else "interleaved"
@@ -219,8 +223,8 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def print_table(rows: list[dict], summary: dict) -> None:
-    con = Console(width=160)
+def tables(rows: list[dict], summary: dict) -> tuple[Table, Table]:
+    """The results table and the per-method table."""
     t = Table(title="solver comparison (objective = bottleneck device time per micro-batch)")
     for col in ("instance", "problem", "method", "objective ms", "gap", "time s", "proven", "fits"):
         t.add_column(col)
@@ -229,7 +233,6 @@ def print_table(rows: list[dict], summary: dict) -> None:
                   "-" if r["objective_s"] is None else f"{1e3 * r['objective_s']:.5g}",
                   "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%", f"{r['solve_time_s']:.3f}",
                   "yes" if r["proven_optimal"] else "no", "yes" if r["fits_memory"] else r["status"])
-    con.print(t)
     s = Table(title="per method")
     for col in ("method", "instances", "proven", "infeasible", "mean time s", "max time s",
                 "mean gap", "max gap"):
@@ -239,7 +242,13 @@ def print_table(rows: list[dict], summary: dict) -> None:
                   f"{v['mean_solve_time_s']:.3f}", f"{v['max_solve_time_s']:.3f}",
                   "-" if v["mean_gap"] is None else f"{100 * v['mean_gap']:.2f}%",
                   "-" if v["max_gap"] is None else f"{100 * v['max_gap']:.2f}%")
-    con.print(s)
+    return t, s
+
+
+def print_table(rows: list[dict], summary: dict) -> None:
+    con = Console(width=160)
+    for t in tables(rows, summary):
+        con.print(t)
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -80,7 +80,7 @@ def test_custom_links():
     ({"nodes": 0}, {}, "cluster.nodes=0"),
     ({"nodes": 1, "layout": "ring"}, {}, "cluster.layout"),
     ({"nodes": 1, "inter_link": "carrier_pigeon"}, {}, "cluster.inter_link"),
-    ({"nodes": 1, "gpus": 8}, {}, "cluster: unknown key 'gpus'"),
+    ({"nodes": 1, "gpus": 8}, {}, "cluster.gpus: unknown key"),
 ])
 def test_bad_clusters_name_the_field(cfg, kwargs, field):
     with pytest.raises(ConfigError) as e:

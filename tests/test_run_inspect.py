@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from octopipe.config import load, register
+from octopipe.io import CONF_DIR
 from octopipe.modes import inspect as inspect_mode
-from octopipe.run import CONF_DIR
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.report import console_for, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,9 +66,12 @@ def test_impossible_overrides_are_one_line(tmp_path, override, words):
 
 
 def test_inspect_in_process_on_a_heterogeneous_cluster(tmp_path):
+    register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["model=tiny_vlm", "cluster=hetero_a100_h100", "pp=16"])
-    s = inspect_mode.run(cfg, tmp_path)
+    result = inspect_mode.run(Inputs(load(cfg)))
+    assert not list(tmp_path.iterdir())               # the mode writes nothing itself
+    s = publish(result, "inspect", tmp_path, console_for())
     assert s["device_kinds"] == ["H100-SXM", "A100-80GB"] and s["devices"] == 16
     assert {"patch_embed", "vit_block", "projector", "embedding", "head"} <= set(s["layer_kinds"])
     rows = (tmp_path / "cost_table.csv").read_text().splitlines()

@@ -41,6 +41,8 @@ def convert(cls: type[T], raw: Any, prefix: str = "") -> T:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}={raw!r}: expected a mapping of "
                           f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+    # a preset file read directly (OmegaConf.load) still carries its Hydra defaults list
+    raw = {k: v for k, v in raw.items() if k != "defaults"}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(k) for k in raw if k not in names)
@@ -48,10 +50,22 @@ def convert(cls: type[T], raw: Any, prefix: str = "") -> T:
         raise ConfigError(f"{prefix}{unknown[0]}: unknown key; valid keys: {', '.join(sorted(names))}")
     values = {}
     for f in dataclasses.fields(cls):
-        if f.name not in raw or not f.init:
+        if not f.init:
+            continue
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{prefix}{f.name}: missing; give {_describe(hints[f.name], bounds_of(f))}")
             continue
         values[f.name] = value_of(hints[f.name], raw[f.name], f"{prefix}{f.name}", bounds_of(f))
     return cls(**values)
+
+
+def check(obj: Any, prefix: str = "") -> None:
+    """Raise ConfigError (one line) unless every field of the dataclass `obj` has its declared
+    type and lies in its range: for values built in code rather than read from a config."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value_of(hints[f.name], getattr(obj, f.name), f"{prefix}{f.name}", bounds_of(f))
 
 
 def value_of(tp: Any, value: Any, name: str, bounds: Bounds = Bounds()) -> Any:
@@ -96,6 +110,8 @@ def value_of(tp: Any, value: Any, name: str, bounds: Bounds = Bounds()) -> Any:
     if origin in (tuple, list):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name}={value!r}: must be a list, e.g. {name}=[...]")
+        if origin is tuple and len(args) == 2 and args[1] is not Ellipsis:
+            raise TypeError(f"config field {name}: use tuple[X, ...], not {tp!r}")
         item = args[0] if args else Any
         out = [value_of(item, v, f"{name}[{i}]", bounds) for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
@@ -156,6 +172,12 @@ def _show(choice: Any) -> str:
     if isinstance(choice, bool):
         return str(choice).lower()
     return str(choice)
+
+
+def required_of(cls: type) -> tuple[str, ...]:
+    """The fields of `cls` a preset must give (declared with REQUIRED)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                 and f.default_factory is dataclasses.MISSING)
 
 
 def defaults_of(cls: type) -> dict:

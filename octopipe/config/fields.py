@@ -31,12 +31,18 @@ class Bounds:
         return " and ".join(parts) or "any number"
 
 
+REQUIRED: Any = dataclasses.MISSING
+"""The default of a field every preset must give (a model's `hidden`): no default at all."""
+
+
 def setting(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None) -> Any:
-    """A dataclass field with its default, its doc and (for numbers) its valid range.
+    """A dataclass field with its default (or REQUIRED), its doc and (for numbers) its valid range.
 
     Mutable defaults (lists, dicts, dataclass instances) are copied per instance."""
     meta = {"doc": doc, "bounds": Bounds(ge, gt, le, lt)}
+    if default is REQUIRED:
+        return dataclasses.field(metadata=meta)
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         value = default
         return dataclasses.field(default_factory=lambda: _copy(value), metadata=meta)

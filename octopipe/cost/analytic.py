@@ -33,20 +33,19 @@ Formulas follow models-and-hardware.md §3 (a multiply-add counts 2 FLOPs; 16-bi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from octopipe.cluster import Cluster
+from octopipe.config.convert import check, convert
+from octopipe.config.cost import AnalyticCost
 from octopipe.cost.table import CostTable
-from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
 from octopipe.model.shard import carry_width, is_first, is_last, shard_span
 from octopipe.model.spec import ModelSpec
-
-RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -71,45 +70,23 @@ class LayerWork:
 
 
 @dataclass(frozen=True)
-class AnalyticCostModel:
-    """Settings of the analytic model (conf/cost/analytic.yaml)."""
-
-    efficiency: float = 0.5
-    tp: int = 1
-    recompute: str = "none"
-    flash_attention: bool = True
-    dropout: bool = False
-    bytes_per_param: float = 18.0
+class AnalyticCostModel(AnalyticCost):
+    """The analytic model with its settings (`cost=analytic`; fields, docs and defaults in
+    octopipe.config.cost.AnalyticCost)."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.efficiency <= 1:
-            raise ConfigError(f"cost.efficiency={self.efficiency}: must be in (0, 1]")
-        if not isinstance(self.tp, int) or self.tp < 1:
-            raise ConfigError(f"cost.tp={self.tp}: must be a positive integer")
-        if self.recompute not in RECOMPUTE:
-            raise ConfigError(f"cost.recompute={self.recompute!r}: valid: {', '.join(RECOMPUTE)}")
-        if self.bytes_per_param <= 0:
-            raise ConfigError(f"cost.bytes_per_param={self.bytes_per_param}: must be positive")
+        check(self, "cost.")
+
+    @classmethod
+    def of(cls, cost: AnalyticCost) -> "AnalyticCostModel":
+        """The model with the settings of a typed `cost` section (profiled costs included)."""
+        return cls(**{f.name: getattr(cost, f.name) for f in fields(AnalyticCost)
+                      if f.name != "source"})
 
     @classmethod
     def from_config(cls, cfg: Any) -> "AnalyticCostModel":
-        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
-        d = cls()
-        tp = get("tp", d.tp)
-        if isinstance(tp, bool) or not isinstance(tp, int):
-            raise ConfigError(f"cost.tp={tp!r}: must be a positive integer")
-        values = {}
-        for name in ("efficiency", "bytes_per_param"):
-            v = get(name, getattr(d, name))
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ConfigError(f"cost.{name}={v!r}: must be a number")
-            values[name] = float(v)
-        for name in ("flash_attention", "dropout"):
-            v = get(name, getattr(d, name))
-            if not isinstance(v, bool):
-                raise ConfigError(f"cost.{name}={v!r}: must be true or false")
-            values[name] = v
-        return cls(tp=tp, recompute=str(get("recompute", d.recompute)), **values)
+        """From a raw `cost` mapping (a preset file read directly), through the schema."""
+        return cls.of(convert(AnalyticCost, cfg, "cost."))
 
     # -- per-layer work --------------------------------------------------------------------
 
@@ -198,9 +175,10 @@ class AnalyticCostModel:
                          tokens_per_microbatch=model.tokens_per_microbatch)
 
 
-def analytic_costs(cost_cfg: Any, model: ModelSpec, cluster: Cluster) -> CostTable:
+def analytic_costs(cost: AnalyticCost, model: ModelSpec, cluster: Cluster) -> CostTable:
     """`cost.source=analytic`: the CostTable of `model` on `cluster`'s device kinds."""
-    return AnalyticCostModel.from_config(cost_cfg).table(model, cluster)
+    settings = cost if isinstance(cost, AnalyticCost) else convert(AnalyticCost, cost, "cost.")
+    return AnalyticCostModel.of(settings).table(model, cluster)
 
 
 # -- formulas -------------------------------------------------------------------------------

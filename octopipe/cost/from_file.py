@@ -52,6 +52,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from octopipe.config.convert import check, convert
+from octopipe.config.cost import FileCost
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
@@ -61,7 +63,6 @@ PRESET_DIR = Path(__file__).resolve().parent / "profiles"
 TIME_FIELDS = ("f_ms", "b_ms", "i_ms", "w_ms")
 BYTE_FIELDS = ("act_bytes", "static_bytes", "out_bytes")
 META_FIELDS = ("name", "source", "device", "seq_len", "micro_batch_size", "hidden", "label_kinds")
-AVERAGING = ("raw", "type")
 DEFAULT_LABEL_KINDS = {"E": "embedding", "H": "head", "M": "mamba2", "-": "mlp", "*": "attention"}
 
 
@@ -422,29 +423,19 @@ class ProfileOptions:
     tool does for its split-backward (ZB-H) baseline; B = I + W may then exceed the rounded B.
     """
 
-    averaging: str = "raw"
-    split: float = 0.5
-    tick_ms: float | None = None
-    round_split: bool = False
+    averaging: str = FileCost.averaging     # defaults and ranges: octopipe.config.cost.FileCost
+    split: float = FileCost.split
+    tick_ms: float | None = FileCost.tick_ms
+    round_split: bool = FileCost.round_split
 
     def __post_init__(self) -> None:
-        if self.averaging not in AVERAGING:
-            raise ConfigError(f"cost.averaging={self.averaging!r}; valid: {', '.join(AVERAGING)}")
-        if not (isinstance(self.split, (int, float)) and 0.0 <= float(self.split) <= 1.0):
-            raise ConfigError(f"cost.split={self.split!r} must be a fraction in [0, 1] "
-                              f"(I = split·B, W = (1 - split)·B)")
-        if self.tick_ms is not None and not (float(self.tick_ms) >= 0):
-            raise ConfigError(f"cost.tick_ms={self.tick_ms!r} must be >= 0 or null")
+        check(FileCost(averaging=self.averaging, split=self.split, tick_ms=self.tick_ms,
+                       round_split=self.round_split), "cost.")
 
     @classmethod
-    def from_cfg(cls, cost_cfg: Any) -> "ProfileOptions":
-        get = cost_cfg.get if hasattr(cost_cfg, "get") else (lambda k, d=None: getattr(cost_cfg, k, d))
-        tick = get("tick_ms", None)
-        split = get("split", 0.5)
-        return cls(str(get("averaging", "raw") or "raw"),
-                   0.5 if split is None else float(split),
-                   None if tick in (None, "") else float(tick),
-                   bool(get("round_split", False)))
+    def of(cls, cost: FileCost) -> "ProfileOptions":
+        """The options of a typed `cost=file` section."""
+        return cls(cost.averaging, cost.split, cost.tick_ms, cost.round_split)
 
 
 def profile_times(profile: Profile, opts: ProfileOptions) -> dict[str, np.ndarray]:
@@ -556,10 +547,15 @@ def profile_cost_table(profile: Profile, opts: ProfileOptions, kinds: Sequence[s
         tokens_per_microbatch=int(tokens))
 
 
-def profile_from_cfg(cost_cfg: Any) -> Profile:
+def file_cost(cost: FileCost | Mapping[str, Any]) -> FileCost:
+    """`cost` as a typed section (a raw mapping, e.g. from a test, goes through the schema)."""
+    return cost if isinstance(cost, FileCost) else convert(FileCost, cost, "cost.")
+
+
+def profile_of(cost: FileCost) -> Profile:
     """The profile named by `cost.path` or `cost.preset` (exactly one)."""
-    get = cost_cfg.get if hasattr(cost_cfg, "get") else (lambda k, d=None: getattr(cost_cfg, k, d))
-    path, preset = get("path", None), get("preset", None)
+    cost = file_cost(cost)
+    path, preset = cost.path, cost.preset
     if path and preset:
         raise ConfigError(f"cost.path={path!r} and cost.preset={preset!r} both given; choose one")
     if path:
@@ -570,22 +566,21 @@ def profile_from_cfg(cost_cfg: Any) -> Profile:
                       f"cost.preset=NAME; presets: {', '.join(preset_names())}")
 
 
-def profile_model(cost_cfg: Any, model: ModelSpec | None) -> ModelSpec:
+def profile_model(cost: FileCost, model: ModelSpec | None) -> ModelSpec:
     """The ModelSpec to plan with under `cost=file`: `model` when its layer count matches the
     profile's, otherwise the profile's own layers (`model_from_profile`)."""
-    profile = profile_from_cfg(cost_cfg)
+    profile = profile_of(cost)
     if model is not None and model.n_layers == profile.n_layers:
         return model
     return model_from_profile(profile)
 
 
-def load_cost_file(cost_cfg: Any, model: ModelSpec | None, cluster: Any) -> CostTable:
+def load_cost_file(cost: FileCost, model: ModelSpec | None, cluster: Any) -> CostTable:
     """`cost=file`: the CostTable of the configured profile on the cluster's device kinds.
 
     The profile defines the layers: when its layer count differs from `model`'s, the table
-    follows the profile and `model_from_profile(profile_from_cfg(cost_cfg))` is the matching
-    ModelSpec.
+    follows the profile and `model_from_profile(profile_of(cost))` is the matching ModelSpec.
     """
-    profile = profile_from_cfg(cost_cfg)
+    cost = file_cost(cost)
     kinds = tuple(k.name for k in cluster.kinds) if cluster is not None else ("dev",)
-    return profile_cost_table(profile, ProfileOptions.from_cfg(cost_cfg), kinds, model)
+    return profile_cost_table(profile_of(cost), ProfileOptions.of(cost), kinds, model)

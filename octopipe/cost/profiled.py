@@ -15,24 +15,18 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from octopipe.cluster import Cluster
+from octopipe.config.convert import convert, to_plain
+from octopipe.config.cost import ProfiledCost
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.spec import ModelSpec
 
-DEFAULTS = {"device": "auto", "repeats": 9, "warmup": 2, "threads": 1, "cache_dir": "runs/cache/profiled",
-            "statistic": "median"}
 STATISTICS = {"median": 50, "q25": 25, "min": 0}
-
-
-def _get(cfg: Any, key: str) -> Any:
-    value = cfg.get(key, None) if cfg is not None and hasattr(cfg, "get") else None
-    return DEFAULTS[key] if value is None else value
 
 
 def _sync(device: torch.device) -> None:
@@ -147,22 +141,18 @@ def profile_model(model: ModelSpec, device: torch.device, repeats: int = 5, warm
         torch.set_num_threads(old)
 
 
-def profiled_costs(cost_cfg: Any, model: ModelSpec, cluster: Cluster) -> CostTable:
+def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> CostTable:
     """The CostTable of `model` with F, I, W measured on the local device for every kind of
-    `cluster` (one machine measures one device: every column gets the same times)."""
+    `cluster` (one machine measures one device: every column gets the same times). A raw
+    mapping (a preset file read directly) goes through the schema first."""
     from octopipe.cost.analytic import analytic_costs
     from octopipe.runtime.layers import carry_shape
-    repeats, warmup, threads = (int(_get(cost_cfg, k)) for k in ("repeats", "warmup", "threads"))
-    if repeats < 1 or warmup < 0 or threads < 1:
-        raise ConfigError(f"cost.repeats={repeats}, cost.warmup={warmup}, cost.threads={threads}: "
-                          "need repeats >= 1, warmup >= 0, threads >= 1")
-    device = _device(str(_get(cost_cfg, "device")))
-    statistic = str(_get(cost_cfg, "statistic"))
-    if statistic not in STATISTICS:
-        raise ConfigError(f"cost.statistic={statistic!r}: choose {', '.join(STATISTICS)}")
-    cache = _get(cost_cfg, "cache_dir")
-    times = profile_model(model, device, repeats, warmup, threads, Path(cache) if cache else None, statistic)
-    base = analytic_costs(cost_cfg, model, cluster)
+    if not isinstance(cost, ProfiledCost):
+        cost = convert(ProfiledCost, {**to_plain(cost), "source": "profiled"}, "cost.")
+    cache = cost.cache_dir
+    times = profile_model(model, _device(cost.device), cost.repeats, cost.warmup, cost.threads,
+                          Path(cache) if cache else None, cost.statistic)
+    base = analytic_costs(cost, model, cluster)
     k = len(base.kinds)
     col = {name: np.repeat(np.array([t[name] for t in times])[:, None], k, axis=1) for name in "fiw"}
     out_bytes = np.array([4.0 * float(np.prod(carry_shape(model, j))) for j in range(model.n_layers)])

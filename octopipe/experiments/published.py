@@ -23,19 +23,23 @@ with its figures: see `published_check`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.config.cost import FileCost
+from octopipe.config.solver import SolverConfig
+from octopipe.config.tuner import TunerConfig
 from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, describe, label_parts,
                                      load_preset, profile_cost_table, type_means)
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.shard import SPLIT_DIM
 from octopipe.experiments.published_gate import gated_makespan
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.progress import case_progress
 from octopipe.schedule.table import ScheduleTable
@@ -225,8 +229,8 @@ def tuner_available() -> bool:
     return True
 
 
-def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: Mapping[str, Any],
-                       solver_cfg: Mapping[str, Any], seed: int, splittable: Sequence[bool] = (),
+def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: TunerConfig,
+                       solver_cfg: SolverConfig, seed: int, splittable: Sequence[bool] = (),
                        fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable] | None:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
     profile's rows, or them split into pieces); None when no tuner is installed.
@@ -241,8 +245,8 @@ def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg
     from octopipe.tune import tune
     from octopipe.tune.split import row_splitter
     splittable = list(splittable) or [False] * costs.n_layers
-    result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=dict(tuner_cfg),
-                  solver_cfg=dict(solver_cfg), seed=seed, model=case.profile,
+    result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=tuner_cfg,
+                  solver_cfg=solver_cfg, seed=seed, model=case.profile,
                   splitter=row_splitter(costs, splittable, fixed))
     return result.plan, float(result.tuner_seconds), result.costs
 
@@ -397,8 +401,8 @@ class Results:
     note: str = ""
 
 
-def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapping[str, Any],
-              solver_cfg: Mapping[str, Any], seed: int,
+def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: TunerConfig,
+              solver_cfg: SolverConfig, seed: int,
               progress: Callable[[str], None] = lambda s: None) -> Results:
     res = Results(tuner=bool(exp.get("tuner", True)) and tuner_available())
     if not exp.get("tuner", True):
@@ -432,27 +436,26 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Mapp
     return res
 
 
-def run(cfg: Any, out_dir: Path) -> dict:
-    """Hydra entry: run every case, print the table, write plots, report.md and the summary."""
-    from omegaconf import OmegaConf
-    from rich.console import Console
+def run(inputs: Inputs) -> Result:
+    """Run every case; the tables, plots, report.md and the summary as a Result.
 
-    from octopipe.experiments import published_report as report
+    The pure pieces above take the experiment as plain data (`exp`, the typed section's dict)."""
+    from octopipe.experiments import published_report as report  # it imports this module's values
 
-    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
-    cost_opts = ProfileOptions.from_cfg(cfg.cost)
-    tuner_cfg = OmegaConf.to_container(cfg.tuner, resolve=True) if "tuner" in cfg else {}
-    solver_cfg = OmegaConf.to_container(cfg.solver, resolve=True) if "solver" in cfg else {}
-    console = Console(width=max(Console().width, 132))
-    with case_progress(len(cases(exp)), "published", console) as step:
-        res = run_cases(exp, cost_opts, tuner_cfg, solver_cfg, int(cfg.get("seed", 0)), progress=step)
+    cfg = inputs.config
+    if not isinstance(cfg.cost, FileCost):
+        raise ConfigError(f"experiment=published runs on profiles: cost={cfg.cost.source} given, "
+                          f"cost=file expected")
+    exp = asdict(cfg.experiment)
+    cost_opts = ProfileOptions.of(cfg.cost)
+    with case_progress(len(cases(exp)), "published", on_case=None if inputs.interactive else
+                       (lambda done, total, label: inputs.progress(f"case {label}"))) as step:
+        res = run_cases(exp, cost_opts, cfg.tuner, cfg.solver, cfg.seed, progress=step)
     res.check = published_check(exp["published_reference"], cost_opts)
     summary = report.summarize(res, exp)
     summary["cost"] = {"averaging": cost_opts.averaging, "split": cost_opts.split,
                        "tick_ms": cost_opts.tick_ms,
                        "profiles": [describe(load_preset(p), cost_opts) for p in exp["profiles"]]}
-    for line in summary["cost"]["profiles"]:
-        console.print(f"[dim]{line}[/dim]")
-    report.print_tables(console, res, exp)
-    report.write_artifacts(out_dir, res, exp, summary)
-    return summary
+    items = (*(f"[dim]{line}[/dim]" for line in summary["cost"]["profiles"]),
+             *report.report_items(res, exp))
+    return Result(summary, items, report.artifacts(res, exp, summary))

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from octopipe.experiments.published import Case, Outcome, Results, speedups
+from octopipe.modes.result import Artifact
 
 
 
@@ -95,6 +96,12 @@ def _short(name: str) -> str:
 
 
 def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
+    for item in report_items(res, exp):
+        console.print(item)
+
+
+def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The terminal report: the results table, the conventions check and the note."""
     from rich.table import Table
     t = Table(title="experiment=published: makespan, efficiency vs lower bound, bubbles")
     for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
@@ -110,25 +117,29 @@ def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
                       _split_text(o.shards),
                       "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
         t.add_section()
-    console.print(t)
     c = Table(title="the published tool's baseline conventions on its quoted case (comm free)")
     for col in ("schedule", "ours ms", "published ms", "diff ms", "convention"):
         c.add_column(col)
     for r in res.check:
         c.add_row(r.schedule, f"{r.ours_ms:.1f}", f"{r.published_ms:.1f}",
                   f"{r.difference_ms:+.1f}", r.convention)
-    console.print(c)
-    if res.note:
-        console.print(f"[yellow]{res.note}[/yellow]")
+    return (t, c, f"[yellow]{res.note}[/yellow]") if res.note else (t, c)
+
+
+def artifacts(res: Results, exp: Mapping[str, Any], summary: dict) -> tuple[Artifact, ...]:
+    """results.csv, the three plots and report.md."""
+    text = _report_md(res, summary)
+    return (Artifact("results.csv", lambda path: _write_csv(path, summary["rows"])),
+            Artifact("efficiency.png", lambda path: _plot_efficiency(path, res)),
+            Artifact("bubbles.png", lambda path: _plot_bubbles(path, res, exp)),
+            Artifact("speedup.png", lambda path: _plot_speedup(path, res)),
+            Artifact("report.md", lambda path: Path(path).write_text(text)))
 
 
 def write_artifacts(out_dir: Path, res: Results, exp: Mapping[str, Any], summary: dict) -> None:
-    out_dir = Path(out_dir)
-    _write_csv(out_dir / "results.csv", summary["rows"])
-    _plot_efficiency(out_dir / "efficiency.png", res)
-    _plot_bubbles(out_dir / "bubbles.png", res, exp)
-    _plot_speedup(out_dir / "speedup.png", res)
-    (out_dir / "report.md").write_text(_report_md(res, summary))
+    """Write `artifacts` into `out_dir` (the CLI's reporter does this atomically)."""
+    for a in artifacts(res, exp, summary):
+        a.write(Path(out_dir) / a.name)
 
 
 def _write_csv(path: Path, rows: Sequence[dict]) -> None:

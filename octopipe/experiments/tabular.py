@@ -13,18 +13,24 @@ analytic cost table of the 128-layer model. The report checks the study's findin
 from __future__ import annotations
 
 import itertools
+import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
-from rich.console import Console
 
 from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.config.experiment import Steps, TabularBaseline
 from octopipe.cost.analytic import analytic_costs
 from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.model.build import build_model
+from octopipe.modes.artifacts import text_artifact
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
+from octopipe.schedule.idealized import idealize
+from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
 from octopipe.sim.durations import bind
@@ -45,8 +51,8 @@ def block_partition(n_stages: int, n_blocks: int) -> tuple[tuple[int, int], ...]
     return partition_from_sizes(sizes)
 
 
-def system(cp: str, nw: str, n: int, base: Any, steps: Any) -> Cluster:
-    c, w = float(steps[cp]), float(steps[nw])
+def system(cp: str, nw: str, n: int, base: TabularBaseline, steps: Steps) -> Cluster:
+    c, w = float(getattr(steps, cp)), float(getattr(steps, nw))
     kind = DeviceKind(f"{cp}_cp", float(base.peak_tflops) * 1e12 * c, float(base.memory_gb) * 1e9,
                       float(base.memory_bandwidth_tbps) * 1e12 * c)
     link = Link(f"{nw}_nw", float(base.network_gbps) * 1e9 * w, float(base.network_latency_us) * 1e-6 / w)
@@ -57,13 +63,10 @@ def _sign(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def run(cfg, out_dir: Path) -> dict:
-    from octopipe.schedule import library as formulas
-    from octopipe.schedule.idealized import idealize
-    from octopipe.schedule.library import build_schedule
+def run(inputs: Inputs) -> Result:
     t0 = time.perf_counter()
+    cfg = inputs.config
     ex = cfg.experiment
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     cost_cfg = cfg.cost
     steps, base = ex.steps, ex.baseline
     gbs = int(ex.global_batch)
@@ -91,14 +94,14 @@ def run(cfg, out_dir: Path) -> dict:
         name, chunks = generator[label]
         mbs = gbs // b
         if mbs not in model_cache:
-            model_cache[mbs] = build_model({**model_cfg, "micro_batch_size": mbs})
+            model_cache[mbs] = build_model(replace(cfg.model, micro_batch_size=mbs))
         model = model_cache[mbs]
         n_blocks = (len(model.layers) - 2) // 2
         partition = block_partition(table.n_stages, n_blocks)
         it = idealize(table, "1:1:1")
         act_total = None
         sim = Simulator(table)
-        level = {"formula_bubble_ratio": formulas.bubble_ratio(name, s, b, chunks),
+        level = {"formula_bubble_ratio": bubble_ratio(name, s, b, chunks),
                  "idealized_bubble_ratio": it.bubble_ratio,
                  "idealized_makespan_slots": it.makespan,
                  "idealized_peak_inflight": int(it.peak_inflight().max())}
@@ -120,20 +123,18 @@ def run(cfg, out_dir: Path) -> dict:
                            "throughput_tokens_per_s": res.throughput_tokens_per_s, "mfu": res.mfu})
         static_of[(label, s)] = act_total or 0.0
     findings, report = analyse(points, ex, skipped)
-    (out_dir / "report.md").write_text(report)
-    import json
-    (out_dir / "points.json").write_text(json.dumps(points, indent=1) + "\n")
-    Console(width=140).print(report)
-    _plot(points, ex, out_dir)
+    artifacts = (text_artifact("report.md", report),
+                 text_artifact("points.json", json.dumps(points, indent=1) + "\n"),
+                 Artifact("timeline.png", lambda path: _plot(points, ex, path)))
     ref = [p for p in points if p["schedule"] == "1f1b" and p["stages"] == 8 and p["microbatches"] == 8
            and p["compute"] == "mid" and p["network"] == "mid"]
     head = ref[0] if ref else points[0]
-    return {"experiment": "tabular", "n_points": len(points), "wall_s": time.perf_counter() - t0,
+    return Result({"experiment": "tabular", "n_points": len(points), "wall_s": time.perf_counter() - t0,
             "reference_point": {k: head[k] for k in ("stages", "microbatches", "schedule", "compute", "network")},
             "makespan_s": head["makespan_s"], "bubble_ratio": head["bubble_ratio"],
             "peak_memory_bytes": head["peak_memory_bytes"],
             "throughput_tokens_per_s": head["throughput_tokens_per_s"], "mfu": head["mfu"],
-            "findings": findings, "skipped": skipped}
+            "findings": findings, "skipped": skipped}, (report,), artifacts)
 
 
 def _index(points: list[dict]) -> dict:
@@ -288,7 +289,7 @@ def _best_set(rows: list[dict], key: str) -> tuple[str, ...]:
     return tuple(sorted(r["schedule"] for r in rows if abs(r[key] - best) <= 1e-9 * max(1.0, abs(best))))
 
 
-def _plot(points: list[dict], ex: Any, out_dir: Path) -> None:
+def _plot(points: list[dict], ex: Any, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -308,5 +309,5 @@ def _plot(points: list[dict], ex: Any, out_dir: Path) -> None:
             ax.set_ylabel("makespan (s)")
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "timeline.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -22,29 +22,18 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Mapping
 
+from octopipe.config.convert import convert
+from octopipe.config.model import ModelConfig
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.pattern import BLOCKS, LETTER_NAMES, LETTERS, parse_pattern
 from octopipe.model.spec import ModelSpec
 from octopipe.model.validate import validate_layer, validate_model
 
-TOP_KEYS = ("name", "source", "seq_len", "micro_batch_size", "vocab", "hidden", "pattern",
-            "blocks", "vision")
 VISION_KEYS = ("hidden", "tokens", "patch", "temporal_patch", "channels", "depth", "heads",
                "ffn", "activation", "bias", "merge", "projector_ffn")
 _LAYER_FIELDS = {f.name for f in fields(LayerSpec)} - {"kind", "name", "tokens", "vocab",
                                                         "shard", "shards"}
-
-
-def _plain(cfg: Any) -> dict:
-    """An OmegaConf node (or a mapping) as a plain dict, resolving interpolations."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - omegaconf ships with hydra-core
-        pass
-    return dict(cfg)
 
 
 def _int(where: str, value: Any) -> int:
@@ -121,30 +110,19 @@ def _vision_layers(v: Mapping, text_hidden: int) -> tuple[list[LayerSpec], int]:
     return layers, tokens // merge
 
 
-def build_model(cfg: Any) -> ModelSpec:
-    """Build and validate the ModelSpec a model config describes."""
-    c = _plain(cfg)
-    _check_keys("model", c, TOP_KEYS)
-    for key in ("name", "seq_len", "vocab", "hidden", "pattern", "blocks"):
-        if c.get(key) is None:
-            raise ConfigError(f"model.{key}: missing from the model config")
-    seq_len = _int("model.seq_len", c["seq_len"])
-    mbs = _int("model.micro_batch_size", c.get("micro_batch_size", 1))
-    vocab, hidden = _int("model.vocab", c["vocab"]), _int("model.hidden", c["hidden"])
-    for key, val in (("seq_len", seq_len), ("micro_batch_size", mbs), ("vocab", vocab),
-                     ("hidden", hidden)):
-        if val <= 0:
-            raise ConfigError(f"model.{key}={val}: must be positive")
-    blocks = c["blocks"]
-    if not isinstance(blocks, Mapping):
-        raise ConfigError("model.blocks: must map block names to layer shapes")
+def build_model(cfg: ModelConfig) -> ModelSpec:
+    """Build and validate the ModelSpec a model config describes (a mapping is converted first,
+    for callers that still hold a preset's raw mapping)."""
+    c = convert(ModelConfig, cfg, "model.")
+    seq_len, mbs, vocab, hidden = c.seq_len, c.micro_batch_size, c.vocab, c.hidden
+    blocks = c.blocks
     _check_keys("model.blocks", blocks, BLOCKS.values())
-    letters = parse_pattern(c["pattern"], "model.pattern")
+    letters = parse_pattern(c.pattern, "model.pattern")
 
     front: list[LayerSpec] = []
     image_tokens = 0
-    if c.get("vision"):
-        front, image_tokens = _vision_layers(c["vision"], hidden)
+    if c.vision:
+        front, image_tokens = _vision_layers(c.vision, hidden)
     text_tokens = seq_len + image_tokens if image_tokens else 0
 
     by_letter: dict[str, LayerSpec] = {}
@@ -161,6 +139,6 @@ def build_model(cfg: Any) -> ModelSpec:
                            tokens=text_tokens)]
               + [by_letter[c_] for c_ in letters]
               + [LayerSpec(LayerKind.HEAD, hidden, name="head", vocab=vocab)])
-    spec = ModelSpec(name=str(c["name"]), layers=tuple(layers), seq_len=seq_len,
-                     micro_batch_size=mbs, vocab=vocab, source=str(c.get("source", "")))
+    spec = ModelSpec(name=c.name, layers=tuple(layers), seq_len=seq_len,
+                     micro_batch_size=mbs, vocab=vocab, source=c.source)
     return validate_model(spec)

@@ -10,32 +10,34 @@
 Each level ranks the schedules (by bubble ratio at the first two, by makespan at the third).
 Then, per schedule, `strict` against `ready_first` (eager messages; hint = the table's order,
 and the BF and BFW hints) without jitter and with lognormal jitter at each `sim.jitter_levels`
-CV over `sim.seeds` seeds (the same draws for every policy). Writes summary.json, report.md, and trace.json / timeline.png
-of the fastest simulated schedule.
+CV over `sim.seeds` seeds (the same draws for every policy). Artifacts: report.md, and
+trace.json / timeline.png of the fastest simulated schedule.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from omegaconf import OmegaConf
-from rich.console import Console
 from rich.table import Table
 
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.errors import DeadlockError, OctoPipeError
+from octopipe.modes.artifacts import compact_json_artifact, text_artifact
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
+from octopipe.schedule.idealized import idealize
+from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, SimResult, Simulator
+from octopipe.sim.trace import chrome_trace, timeline_png
 
 Partitioner = Callable[[int], Sequence[tuple[int, int]]]
 
 
 def applicable_tables(names: Sequence[str], p: int, m: int, chunks: int | None) -> tuple[dict, dict]:
     """Tables of the named schedules that exist for (p, m, chunks); and why the others don't."""
-    from octopipe.schedule.library import build_schedule
     tables, skipped = {}, {}
     for name in names:
         try:
@@ -55,8 +57,6 @@ def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
                  partition_of: Partitioner, semantics: str = "eager",
                  keep: bool = False) -> tuple[list[dict], dict[str, SimResult]]:
     """One row per schedule with the three levels' figures and ranks."""
-    from octopipe.schedule import library as formulas
-    from octopipe.schedule.idealized import idealize
     rows, results = [], {}
     for name, table in tables.items():
         p, m, n_s = table.n_devices, table.n_microbatches, table.n_stages
@@ -66,9 +66,9 @@ def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
         row: dict[str, Any] = {"schedule": name, "n_devices": p, "microbatches": m,
                                "n_stages": n_s, "chunks": chunks}
         try:
-            row["formula_bubble_ratio"] = formulas.bubble_ratio(name, p, m, chunks)
+            row["formula_bubble_ratio"] = bubble_ratio(name, p, m, chunks)
             row["formula_peak_activation_bytes"] = float(act_stage * max(
-                formulas.inflight_microbatches(name, p, d, m, chunks) for d in range(p)))
+                inflight_microbatches(name, p, d, m, chunks) for d in range(p)))
         except OctoPipeError:
             row["formula_bubble_ratio"] = row["formula_peak_activation_bytes"] = None
         it = idealize(table, "1:1:1")
@@ -191,45 +191,34 @@ def report_md(title: str, rows: list[dict], policy_rows: list[dict], skipped: di
     return "\n".join(lines) + "\n"
 
 
-def run(cfg, out_dir: Path) -> dict:
-    from octopipe.load import load_cluster, load_costs, load_model
-    from octopipe.schedule.library import SCHEDULES
-    from octopipe.sim.trace import timeline_png, write_chrome_trace
-    model = load_model(cfg)
-    cluster = load_cluster(cfg)
-    costs = load_costs(cfg, model, cluster)
-    p = int(cfg.pp)
-    m = int(cfg.microbatches)
-    chunks = OmegaConf.select(cfg, "chunks", default=None)
-    semantics = str(OmegaConf.select(cfg, "sim.semantics", default="eager"))
-    levels = [float(x) for x in OmegaConf.select(cfg, "sim.jitter_levels", default=[0.1, 0.3])]
-    seeds = int(OmegaConf.select(cfg, "sim.seeds", default=5))
-    seed = int(OmegaConf.select(cfg, "seed", default=0))
+def run(inputs: Inputs) -> Result:
+    cfg = inputs.config
+    model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
+    p, m, chunks = cfg.pp, cfg.microbatches, cfg.chunks
+    semantics, levels, seeds = cfg.sim.semantics, list(cfg.sim.jitter_levels), cfg.sim.seeds
     tables, skipped = applicable_tables(list(SCHEDULES), p, m, chunks)
     n_layers = costs.n_layers
     for name in [n for n, t in tables.items() if t.n_stages > n_layers]:
         skipped[name] = f"{tables.pop(name).n_stages} stages for {n_layers} layers"
     part = lambda n_s: uniform_partition(n_layers, n_s)  # noqa: E731
     rows, results = three_levels(tables, costs, cluster, part, semantics, keep=True)
-    policy_rows = policy_study(tables, costs, cluster, part, levels, seeds, seed)
-    console = Console(width=160)
-    console.print(level_table(rows))
+    policy_rows = policy_study(tables, costs, cluster, part, levels, seeds, cfg.seed)
     title = f"mode=compare: {model.name} on {cluster.name}, pp={p}, microbatches={m}"
-    (out_dir / "report.md").write_text(report_md(title, rows, policy_rows, skipped, levels))
-    console.print(report_md(title, [], policy_rows, {}, levels).split("## strict", 1)[-1])
+    report = (level_table(rows), report_md(title, [], policy_rows, {}, levels).split("## strict", 1)[-1])
     simulated = [r for r in rows if r.get("makespan_s") is not None]
     if not simulated:
-        raise OctoPipeError("no schedule could be simulated (every one deadlocked); see report.md")
+        raise OctoPipeError("no schedule could be simulated (every one deadlocked)")
     best = min(simulated, key=lambda r: r["makespan_s"])
     res = results[best["schedule"]]
-    write_chrome_trace(res, out_dir / "trace.json")
-    timeline_png(res, out_dir / "timeline.png")
+    artifacts = (text_artifact("report.md", report_md(title, rows, policy_rows, skipped, levels)),
+                 compact_json_artifact("trace.json", chrome_trace(res)),
+                 Artifact("timeline.png", lambda path: timeline_png(res, path)))
     changed = len({tuple(r.get(k) for r in rows) for k in ("rank_formula", "rank_idealized", "rank_sim")}) > 1
-    return {"model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
-            "semantics": semantics, "best_schedule": best["schedule"],
-            "makespan_s": best["makespan_s"], "bubble_ratio": best["bubble_ratio"],
-            "peak_memory_bytes": best["peak_memory_bytes"],
-            "peak_activation_memory_bytes": best["peak_activation_memory_bytes"],
-            "throughput_tokens_per_s": best["throughput_tokens_per_s"], "mfu": best["mfu"],
-            "rankings_differ_between_levels": changed, "schedules": rows,
-            "policies": policy_rows, "skipped": skipped}
+    return Result({"model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
+                   "semantics": semantics, "best_schedule": best["schedule"],
+                   "makespan_s": best["makespan_s"], "bubble_ratio": best["bubble_ratio"],
+                   "peak_memory_bytes": best["peak_memory_bytes"],
+                   "peak_activation_memory_bytes": best["peak_activation_memory_bytes"],
+                   "throughput_tokens_per_s": best["throughput_tokens_per_s"], "mfu": best["mfu"],
+                   "rankings_differ_between_levels": changed, "schedules": rows,
+                   "policies": policy_rows, "skipped": skipped}, report, artifacts)

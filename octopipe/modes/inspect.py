@@ -1,20 +1,20 @@
 """`mode=inspect`: the model's layers and their costs on the chosen cluster's first device kind.
 
-Prints one row per layer (kind, parameters, F/I/W time, stored activations, parameter +
-gradient + optimizer memory, boundary bytes) and totals; writes `cost_table.csv` (every device
-kind) beside `summary.json`.
+Reports one row per layer (kind, parameters, F/I/W time, stored activations, parameter +
+gradient + optimizer memory, boundary bytes) and totals; `cost_table.csv` (every device kind)
+is its artifact.
 """
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.load import load_inputs
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
 from octopipe.model.params import layer_params, model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.model.validate import validate_model
@@ -56,8 +56,7 @@ def layer_rows(model: ModelSpec, costs: CostTable, kind: int) -> list[dict]:
 
 def write_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
     """Every layer × device kind: the cost table a user can open in a spreadsheet."""
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as fh:
+    with Path(path).open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["index", "name", "kind", "device", "params", "flops", "f_s", "i_s", "w_s",
                       "act_bytes", "w_act_bytes", "static_bytes", "out_bytes"])
@@ -68,11 +67,10 @@ def write_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
                               float(costs.flops[j]) if costs.flops is not None else "",
                               costs.f[j, c], costs.i[j, c], costs.w[j, c], costs.act_bytes[j],
                               costs.w_act_bytes[j], costs.static_bytes[j], costs.out_bytes[j]])
-    tmp.replace(path)
 
 
-def run(cfg, out_dir: Path) -> dict:
-    model, cluster, costs = load_inputs(cfg)
+def run(inputs: Inputs) -> Result:
+    model, cluster, costs = inputs.costed_model, inputs.cluster, inputs.costs
     kind = cluster.device_kind[0]
     device = cluster.kinds[kind]
     rows = layer_rows(model, costs, kind)
@@ -93,27 +91,22 @@ def run(cfg, out_dir: Path) -> dict:
     table.add_section()
     table.add_row("", f"total ({model.n_layers} layers)", _fmt_params(params), f"{f * 1e3:.2f}",
                   f"{i * 1e3:.2f}", f"{w * 1e3:.2f}", f"{act / MB:.1f}", f"{static / MB:.1f}")
-    console = Console(width=max(Console().width, 110))
-    console.print(table)
 
     flops = float(costs.flops.sum()) if costs.flops is not None and costs.flops.any() else None
     tokens = costs.tokens_per_microbatch or model.tokens_per_microbatch
     per_token = flops / tokens if flops is not None and tokens else None
-    console.print(f"params {_fmt_params(params)} (active {_fmt_params(active)}); forward "
-                  f"{'n/a' if per_token is None else f'{per_token / 1e9:.2f}'} GFLOP/token; one "
-                  f"micro-batch F+I+W {(f + i + w) * 1e3:.1f} ms on one {device.name}; whole "
-                  f"model static {static / 1e9:.1f} GB + activations {act / 1e9:.2f} GB per "
-                  f"micro-batch vs {device.memory_bytes / 1e9:.0f} GB per device")
-
-    write_csv(out_dir / "cost_table.csv", model, costs)
-    cost_cfg = cfg.get("cost") if hasattr(cfg, "get") else None
-    return {
+    line = (f"params {_fmt_params(params)} (active {_fmt_params(active)}); forward "
+            f"{'n/a' if per_token is None else f'{per_token / 1e9:.2f}'} GFLOP/token; one "
+            f"micro-batch F+I+W {(f + i + w) * 1e3:.1f} ms on one {device.name}; whole "
+            f"model static {static / 1e9:.1f} GB + activations {act / 1e9:.2f} GB per "
+            f"micro-batch vs {device.memory_bytes / 1e9:.0f} GB per device")
+    return Result({
         "model": model.name,
         "cluster": cluster.name,
         "device": device.name,
         "devices": cluster.n_devices,
         "device_kinds": list(costs.kinds),
-        "cost_source": str(cost_cfg.get("source", "analytic")) if cost_cfg is not None else "analytic",
+        "cost_source": inputs.config.cost.source,
         "layers": model.n_layers,
         "layer_kinds": sorted({x.kind.value for x in model.layers}),
         "params_total": params,
@@ -131,4 +124,4 @@ def run(cfg, out_dir: Path) -> dict:
         "static_bytes_total": static,
         "device_memory_bytes": device.memory_bytes,
         "layer_table": rows,
-    }
+    }, (table, line), (Artifact("cost_table.csv", lambda path: write_csv(path, model, costs)),))

@@ -1,22 +1,19 @@
 """`mode=plan` (the default): ILP → bubble-aware tuner → SMT check, against the baselines.
 
-Prints the comparison a newcomer needs (each baseline at its best memory-feasible setting
+Reports the comparison a newcomer needs (each baseline at its best memory-feasible setting
 against the OctoPipe plan: iteration time, throughput, bubble ratio, peak memory, speedup),
-then writes plan.json, schedule.csv, trace.json, timeline.png, history.json and report.md;
-the returned figures become summary.json.
+with plan.json, schedule.csv, trace.json, timeline.png, history.json and report.md as its
+artifacts; the figures become summary.json.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 from rich.table import Table
 
 from octopipe.errors import InfeasibleError
-from octopipe.load import load_cluster, load_costs, load_model, load_splitter
-from octopipe.run import write_json
+from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
+from octopipe.schedule.render import chrome_trace
 from octopipe.tune import tune
 from octopipe.tune.report_md import plan_report, sim_bars, timeline_png
 
@@ -31,27 +28,25 @@ def _why(name: str, attr, makespan: float) -> str:
     return f"  {name}: devices idle {attr.idle.sum() / dev_time:.1%} of the time ({parts or 'none'})"
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict:
-    console = Console() if sys.stdout.isatty() else Console(width=120)
-    model = load_model(cfg)
-    cluster = load_cluster(cfg)
-    costs = load_costs(cfg, model, cluster)
-    pp, mb = int(cfg.pp), int(cfg.microbatches)
-    console.print(f"[bold]OctoPipe plan[/]: {model.name} ({model.n_layers} layers) on {pp} × "
-                  f"{cluster.kind_of(0).name} ({cluster.name}), {mb} micro-batches of "
-                  f"{costs.tokens_per_microbatch} tokens")
+def run(inputs: Inputs) -> Result:
+    cfg = inputs.config
+    model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
+    pp, mb = cfg.pp, cfg.microbatches
+    report: list = [f"[bold]OctoPipe plan[/]: {model.name} ({model.n_layers} layers) on {pp} × "
+                    f"{cluster.kind_of(0).name} ({cluster.name}), {mb} micro-batches of "
+                    f"{costs.tokens_per_microbatch} tokens"]
     case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
             "seq_len": int(model.seq_len)}
     try:
-        res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.get("tuner"), solver_cfg=cfg.get("solver"),
-                   semantics=str(OmegaConf.select(cfg, "sim.semantics", default="eager")),
-                   seed=int(cfg.get("seed", 0)), model=model.name, progress=console.is_terminal,
-                   splitter=load_splitter(cfg, model, cluster, costs))
+        res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.tuner, solver_cfg=cfg.solver,
+                   semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
+                   progress=inputs.interactive, splitter=inputs.splitter)
     except InfeasibleError as e:
-        if not OmegaConf.select(cfg, "experiment.keep_going", default=False):
+        if not (cfg.experiment is not None and cfg.experiment.keep_going):
             raise
-        console.print(f"[yellow]infeasible[/]: {e}")
-        return {"status": "infeasible", "reason": str(e).splitlines()[0], **case}
+        report.append(f"[yellow]infeasible[/]: {e}")
+        return Result({"status": "infeasible", "reason": str(e).splitlines()[0], **case},
+                      tuple(report))
     summary = res.summary()
     tokens = res.tokens_per_iteration
 
@@ -72,29 +67,27 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     table.add_row("[bold]OctoPipe[/]", "tuned", f"[bold]{res.makespan_s * 1e3:.1f}[/]",
                   f"[bold]{summary['throughput_tokens_per_s']:,.0f}[/]", f"{summary['bubble_ratio']:.1%}",
                   f"{summary['peak_memory_bytes'] / GIB:.1f}", "1.00×")
-    console.print(table)
+    report.append(table)
     best_ev = res.best_baseline()
     if best_ev is not None:
-        console.print(_why(best_ev.name, best_ev.attribution(), best_ev.sim.makespan))
-    console.print(_why("OctoPipe", res.attribution, res.makespan_s))
-    console.print(f"OctoPipe: {res.versus_text()}; {summary['efficiency_vs_lower_bound']:.1%} of the lower bound "
+        report.append(_why(best_ev.name, best_ev.attribution(), best_ev.sim.makespan))
+    report.append(_why("OctoPipe", res.attribution, res.makespan_s))
+    report.append(f"OctoPipe: {res.versus_text()}; {summary['efficiency_vs_lower_bound']:.1%} of the lower bound "
                   f"(total work / devices); plan: {res.plan.meta.get('candidate', res.plan.meta.get('origin'))}; "
                   f"tuned in {res.tuner_seconds:.1f} s; checks: memory fits, deadlock "
                   f"{res.evaluated.checks.get('smt', '?')}")
     if res.split_text():
-        console.print(f"Layers split so that no device waits on one heavy layer: {res.split_text()}")
+        report.append(f"Layers split so that no device waits on one heavy layer: {res.split_text()}")
 
-    from octopipe.schedule.plan_io import save_plan
-    from octopipe.schedule.render import chrome_trace, write_trace
-    save_plan(res.plan, out_dir / "plan.json", out_dir / "schedule.csv")
     bars = sim_bars(res.sim_result)
-    write_trace(out_dir / "trace.json", chrome_trace(bars))
-    timeline_png(out_dir / "timeline.png", bars,
-                 title=f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
-                       f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}")
-    write_json(out_dir / "history.json", {"history": res.history, "search": res.search_stats,
-                                          "ilp": res.ilp})
-    (out_dir / "report.md").write_text(plan_report(res, model.name, cluster.name, pp, mb))
+    title = (f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
+             f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}")
+    artifacts = (*plan_artifacts(res.plan),
+                 compact_json_artifact("trace.json", chrome_trace(bars)),
+                 Artifact("timeline.png", lambda path: timeline_png(path, bars, title=title)),
+                 json_artifact("history.json", {"history": res.history, "search": res.search_stats,
+                                                "ilp": res.ilp}),
+                 text_artifact("report.md", plan_report(res, model.name, cluster.name, pp, mb)))
     summary["baselines"] = [b.row(tokens) for b in res.baselines]
     summary["ilp"] = res.ilp
-    return {"status": "ok", **case, **summary}
+    return Result({"status": "ok", **case, **summary}, tuple(report), artifacts)

@@ -1,29 +1,46 @@
 """`mode=solvers`: the solver comparison experiment (see `solvers.compare`).
 
 Runs every partitioning formulation and baseline on the same instances with the MILP backend of
-`solver=` (cbc, highs; Hydra sweeps `-m solver=cbc,highs` work), prints the table and writes
-results.csv, solve_time.png and summary.json. `solver.compare.small=true` runs tiny instances;
+`solver=` (cbc, highs; Hydra sweeps `-m solver=cbc,highs` work); reports the tables, with
+results.csv and solve_time.png as artifacts. `solver.compare.small=true` runs tiny instances;
 `solver.compare.{models,clusters,stages}` choose the instance set.
 """
 from __future__ import annotations
 
+import csv
+import time
 from pathlib import Path
-from typing import Any
 
-from omegaconf import OmegaConf
+from octopipe.errors import OctoPipeError
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
+from solvers.compare import FULL, SMALL, compare, plot, summarize, tables
+from solvers.progress import progress_bar
 
-from solvers.backend import SolverConfig
-from solvers.compare import run_experiment
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
-def run(cfg: Any, out_dir: Path) -> dict:
-    solver_cfg = SolverConfig.from_cfg(cfg.get("solver"))
-    opts = OmegaConf.select(cfg, "solver.compare", default=None)
-    opts = OmegaConf.to_container(opts) if opts is not None else {}
-    small = bool(opts.pop("small", False))
-    overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in opts.items() if v is not None}
-    doc = run_experiment(out_dir, solver_cfg, small, overrides)
-    best = {m: v for m, v in doc["methods"].items()}
-    return {"solver": doc["solver"], "n_instances": doc["n_instances"], "n_results": doc["n_results"],
-            "wall_time_s": doc["wall_time_s"], "methods": best, "rows": doc["rows"],
-            "results_csv": str(out_dir / "results.csv"), "plot_png": str(out_dir / "solve_time.png")}
+def run(inputs: Inputs) -> Result:
+    solver = inputs.config.solver
+    options = solver.compare
+    chosen = {k: getattr(options, k) for k in ("models", "clusters", "stages", "joint_max_stages",
+                                                "plain_time_limit_s") if getattr(options, k) is not None}
+    instances = (SMALL if options.small else FULL).with_overrides(chosen)
+    t0 = time.perf_counter()
+    with progress_bar("solvers", show=inputs.interactive) as bar:
+        rows = compare(instances, solver, log=(lambda line: None) if inputs.interactive else inputs.progress,
+                       progress=bar)
+    if not rows:
+        raise OctoPipeError("the comparison has no instance: every stage count exceeds the models' layers")
+    methods = summarize(rows)
+    summary = {"solver": solver.name, "n_instances": len({r["instance"] for r in rows}),
+               "n_results": len(rows), "wall_time_s": time.perf_counter() - t0, "methods": methods,
+               "rows": rows, "results_csv": "results.csv", "plot_png": "solve_time.png"}
+    return Result(summary, tables(rows, methods),
+                  (Artifact("results.csv", lambda path: _write_rows(path, rows)),
+                   Artifact("solve_time.png", lambda path: plot(rows, path))))

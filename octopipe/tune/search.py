@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
 import numpy as np
 
+from octopipe.config.tuner import TunerConfig
 from octopipe.schedule.table import loop_placement, v_placement
 from octopipe.tune.attribution import from_list_result
 from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
@@ -25,19 +26,18 @@ from octopipe.tune.moves import neighbours, perturb
 
 @dataclass(frozen=True)
 class SearchConfig:
-    time_budget_s: float = 30.0
-    max_iters: int = 400
-    patience: int = 40           # iterations without a new best before stopping
-    candidates_per_iter: int = 8  # moves estimated per iteration (at least; more on small cases)
-    kick_strength: int = 3
-    max_chunks: int = 8
+    """The search's part of TunerConfig (defaults, docs and ranges there)."""
+
+    time_budget_s: float = TunerConfig.time_budget_s
+    max_iters: int = TunerConfig.max_iters
+    patience: int = TunerConfig.patience
+    candidates_per_iter: int = TunerConfig.candidates_per_iter
+    kick_strength: int = TunerConfig.kick_strength
+    max_chunks: int = TunerConfig.max_chunks
 
     @classmethod
-    def from_cfg(cls, cfg) -> "SearchConfig":
-        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
-        base = cls()
-        return cls(**{k: type(getattr(base, k))(get(k, getattr(base, k)))
-                      for k in cls.__dataclass_fields__})
+    def of(cls, tuner: TunerConfig) -> "SearchConfig":
+        return cls(**{f.name: getattr(tuner, f.name) for f in fields(cls)})
 
 
 @dataclass

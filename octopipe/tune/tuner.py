@@ -15,11 +15,14 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from octopipe.cluster import Cluster
+from octopipe.config.convert import convert
+from octopipe.config.solver import SolverConfig
+from octopipe.config.tuner import TunerConfig
 from octopipe.cost.table import CostTable
-from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
+from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.baselines import as_candidate, run_baselines
@@ -32,36 +35,6 @@ from octopipe.tune.split import LayerSplitter, map_sizes, packed_max
 
 
 JOINT_ILP_MAX_CELLS = 1024
-
-
-@dataclass(frozen=True)
-class TunerConfig:
-    """conf/tuner/*.yaml: search budget plus the finalist and safety settings."""
-
-    search: SearchConfig = SearchConfig()
-    finalists: int = 6             # distinct best candidates fully simulated at the end
-    smt_max_actions: int = 32768   # larger tables rely on the simulator's deadlock detection
-    ilp: bool = True               # start from the ILP partition + placement
-    polish_s: float = 2.0          # seconds of row moves on the best table (full simulator)
-    split_layers: str = "auto"     # auto: the split with the best bound (fewest pieces on ties);
-                                   # force: every splittable layer above split_share; off: none
-    split_share: float = 0.5
-
-    @classmethod
-    def from_cfg(cls, cfg: Any | None) -> "TunerConfig":
-        if cfg is None:
-            return cls()
-        get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
-        split = str(get("split_layers", "auto"))
-        if split not in ("auto", "force", "off"):
-            raise ConfigError(f"tuner.split_layers={split!r}: valid: auto, force, off")
-        share = get("split_share", 0.5)
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or share <= 0:
-            raise ConfigError(f"tuner.split_share={share!r}: must be a positive number "
-                              "(the largest piece as a fraction of a device's even share of the work)")
-        return cls(SearchConfig.from_cfg(cfg), int(get("finalists", 6)),
-                   int(get("smt_max_actions", 32768)), bool(get("ilp", True)),
-                   float(get("polish_s", 2.0)), split, float(share))
 
 
 @dataclass
@@ -160,16 +133,14 @@ class TuneResult:
         return out
 
 
-def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[list[Candidate], dict]:
+def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -> tuple[list[Candidate], dict]:
     """ILP partitions (solvers) as starting candidates: the joint partition + placement ILP with
     one stage per device (the partition ILP on the loop placement for large instances), and the
     partition ILP on the V placement with two stages per device."""
-    from solvers.backend import SolverConfig
     from solvers.partition_ilp import solve_partition
     from solvers.placement_ilp import solve_partition_placement
     from octopipe.schedule.table import v_placement
-    scfg = solver_cfg if isinstance(solver_cfg, SolverConfig) else SolverConfig.from_cfg(solver_cfg)
-    scfg = replace(scfg, time_limit_s=max(1.0, min(scfg.time_limit_s, time_limit)))
+    scfg = replace(solver_cfg, time_limit_s=max(1.0, min(solver_cfg.time_limit_s, time_limit)))
     D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
     # the joint ILP with several stages per device takes tens of seconds on this class of
     # machine, more than the whole tuning budget; beyond JOINT_ILP_MAX_CELLS layer-device pairs
@@ -211,13 +182,14 @@ def _ilp_starts(problem: Problem, solver_cfg: Any, time_limit: float) -> tuple[l
 
 
 def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int, *,
-         tuner_cfg: Any = None, solver_cfg: Any = None, semantics: str = "eager", seed: int = 0,
+         tuner_cfg: TunerConfig | Mapping[str, Any] | None = None,
+         solver_cfg: SolverConfig | Mapping[str, Any] | None = None, semantics: str = "eager", seed: int = 0,
          model: str = "", baselines: bool = True, starts: Sequence[Candidate] = (),
          progress: bool = False, splitter: LayerSplitter | None = None) -> TuneResult:
     """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
 
-    tuner_cfg: conf/tuner (time_budget_s, max_iters, patience, candidates_per_iter, finalists,
-    smt_max_actions, ilp, split_layers, split_share); solver_cfg: conf/solver for the ILP start;
+    tuner_cfg: the typed `tuner` section (None: its defaults; a mapping of overrides goes through
+    the schema); solver_cfg: the `solver` section for the ILP start (likewise);
     semantics: the runtime's communication semantics (eager, rendezvous, batched) used by the
     simulator and the SMT check. splitter: how heavy layers may split (`octopipe.tune.split`);
     the search then runs on the split model, the baselines on the model as given, and a split
@@ -225,7 +197,10 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     Raises InfeasibleError when no plan fits memory.
     """
     t0 = time.perf_counter()
-    cfg = TunerConfig.from_cfg(tuner_cfg)
+    cfg = tuner_cfg if isinstance(tuner_cfg, TunerConfig) else convert(TunerConfig, tuner_cfg, "tuner.")
+    solver_cfg = (solver_cfg if isinstance(solver_cfg, SolverConfig)
+                  else convert(SolverConfig, solver_cfg, "solver."))
+    search_cfg = SearchConfig.of(cfg)
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
     base = run_baselines(whole, model) if baselines else []
     problem, counts = whole, {}
@@ -245,21 +220,21 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     ilp_info: dict = {}
     if cfg.ilp:
         try:
-            ilp_cands, ilp_info = _ilp_starts(problem, solver_cfg, 0.1 * cfg.search.time_budget_s)
+            ilp_cands, ilp_info = _ilp_starts(problem, solver_cfg, 0.1 * search_cfg.time_budget_s)
             start_cands = ilp_cands + start_cands
         except (OctoPipeError, ImportError) as e:
             ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
     spent = time.perf_counter() - t0
     # the rest of the budget: search, then finalists, row moves and checks (kept in the budget)
-    budget = max(0.5, 0.85 * (cfg.search.time_budget_s - spent) - cfg.polish_s)
-    scfg = replace(cfg.search, time_budget_s=budget)
+    budget = max(0.5, 0.85 * (search_cfg.time_budget_s - spent) - cfg.polish_s)
+    scfg = replace(search_cfg, time_budget_s=budget)
     with _progress(progress, budget) as update:
         outcome = search(problem, start_cands, scfg, seed, on_progress=update,
                          pool_size=max(cfg.finalists * 3, 8))
     finals: list[Evaluated] = []
     seen_tables = set()
     for est, cand in outcome.pool:
-        if len(finals) >= cfg.finalists or (finals and time.perf_counter() - t0 > cfg.search.time_budget_s):
+        if len(finals) >= cfg.finalists or (finals and time.perf_counter() - t0 > search_cfg.time_budget_s):
             break
         plan = to_plan(problem, cand, model=model,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
@@ -277,7 +252,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     history = list(outcome.history)
     if finals and finals[0].feasible and cfg.polish_s > 0 and not finals[0].plan.table.is_lowered:
         top = finals[0]
-        left = cfg.search.time_budget_s - (time.perf_counter() - t0)
+        left = search_cfg.time_budget_s - (time.perf_counter() - t0)
         plan, sim, moves = advance_into_bubbles(problem_of(top.plan), top.plan, top.sim,
                                                 min(cfg.polish_s, max(0.0, left)))
         if moves:

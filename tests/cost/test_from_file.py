@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.config.cost import FileCost
 from octopipe.cost.from_file import (Profile, ProfileOptions, load_cost_file, load_preset,
                                      model_from_profile, parse_csv, parse_json, preset_names,
                                      profile_cost_table, profile_times, read_profile,
@@ -199,7 +199,7 @@ def test_nemotron_lower_bound_matches_published_figure():
 
 
 def test_profile_defines_layers_and_messages():
-    cfg = SimpleNamespace(preset="gpt_13b", path=None, averaging="type", split=0.5, tick_ms=None)
+    cfg = FileCost(preset="gpt_13b", path=None, averaging="type", split=0.5, tick_ms=None)
     table = load_cost_file(cfg, None, _cluster(("A", "B")))
     assert table.n_layers == 40 and table.kinds == ("A", "B")
     assert table.f[:, 0] == pytest.approx(table.f[:, 1])

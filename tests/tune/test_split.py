@@ -96,7 +96,7 @@ def test_split_modes_force_and_off_and_bad_values():
     assert forced.split_counts == sp.counts(np.asarray((costs.f + costs.i + costs.w)[:, 0]), 4, 0.1)
     off = tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "off"}, baselines=False, splitter=sp)
     assert off.split_counts == {} and off.costs is costs
-    with pytest.raises(ConfigError, match="tuner.split_layers='always': valid: auto, force, off"):
+    with pytest.raises(ConfigError, match="tuner.split_layers='always': choose one of auto, force, off"):
         tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "always"}, splitter=sp)
     with pytest.raises(ConfigError, match="tuner.split_share"):
         tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_share": 0}, splitter=sp)

@@ -1,0 +1,106 @@
+"""`experiment`: the experiment presets (conf/experiment/*.yaml). A common part (name, driver,
+keep_going) and one dataclass per experiment with fields of its own, chosen by `name`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from octopipe.config.fields import REQUIRED, setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """What every experiment has (`suite` and `suite_large` have nothing more: they are
+    multiruns of mode=plan)."""
+
+    name: str = setting(REQUIRED, "the experiment's name")
+    driver: str | None = setting(None, "module whose run(inputs) -> Result runs the experiment; "
+                                       "null: the mode's own")
+    keep_going: bool = setting(False, "record a case that does not fit as infeasible instead of "
+                                      "failing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """One node of identical devices (experiment=published, comm=node)."""
+
+    name: str = setting(REQUIRED, "cluster name")
+    device: str = setting(REQUIRED, "device kind name")
+    peak_tflops: float = setting(REQUIRED, "dense BF16 peak per device", gt=0)
+    memory_gb: float = setting(REQUIRED, "memory per device", gt=0)
+    memory_bandwidth_tbps: float = setting(REQUIRED, "memory bandwidth per device", gt=0)
+    link: str = setting(REQUIRED, "link name")
+    link_bandwidth_gbps: float = setting(REQUIRED, "per direction", gt=0)
+    link_latency_us: float = setting(REQUIRED, "per transfer", ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedReference:
+    """The published tool's figures on one case, which the experiment reproduces (comm free)."""
+
+    profile: str = setting(REQUIRED, "profile name")
+    devices: int = setting(REQUIRED, "pipeline devices", ge=1)
+    microbatches: int = setting(REQUIRED, "micro-batches", ge=1)
+    lower_bound_ms: float = setting(REQUIRED, "lower bound", gt=0)
+    s1f1b_ms: float = setting(REQUIRED, "1F1B iteration time", gt=0)
+    interleaved_ms: float = setting(REQUIRED, "interleaved 1F1B iteration time", gt=0)
+    zbh_ms: float = setting(REQUIRED, "ZB-H iteration time", gt=0)
+    octopipe_ms: float = setting(REQUIRED, "the published OctoPipe plan's iteration time", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedExperiment(ExperimentConfig):
+    """experiment=published: head-to-head on the OctoPipe authors' profiles."""
+
+    profiles: tuple[str, ...] = setting(REQUIRED, "shipped profiles (cost.preset names)")
+    devices: tuple[int, ...] = setting(REQUIRED, "pipeline device counts", ge=1)
+    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1)
+    comm: tuple[Literal["free", "node"], ...] = setting(
+        REQUIRED, "free: transfers cost nothing (the published tool) | node: the node's link")
+    interleaved_chunks: int = setting(2, "chunks per device of the interleaved baseline", ge=1)
+    baselines: tuple[str, ...] = setting(REQUIRED, "baseline schedules")
+    tuner: bool = setting(True, "ask octopipe.tune.tune for the OctoPipe plan")
+    split_layers: bool = setting(True, "let the tuner split MLP/MoE/head rows into pieces (each "
+                                       "an even share of the measured row)")
+    node: NodeSpec = setting(REQUIRED, "the device node of comm=node")
+    published_reference: PublishedReference = setting(REQUIRED, "the figures to reproduce")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TabularBaseline:
+    """The study's device and network (mid compute, mid network)."""
+
+    peak_tflops: float = setting(REQUIRED, "peak per device", gt=0)
+    memory_bandwidth_tbps: float = setting(REQUIRED, "memory bandwidth per device", gt=0)
+    memory_gb: float = setting(REQUIRED, "memory per device", gt=0)
+    network_gbps: float = setting(REQUIRED, "per direction", gt=0)
+    network_latency_us: float = setting(REQUIRED, "per transfer", ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps:
+    """Scale of each level: compute peak and HBM x step; network bandwidth x step, latency / step."""
+
+    slow: float = setting(REQUIRED, "slow level", gt=0)
+    mid: float = setting(REQUIRED, "mid level", gt=0)
+    fast: float = setting(REQUIRED, "fast level", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TabularExperiment(ExperimentConfig):
+    """experiment=tabular: the tabular-abstraction study on OctoPipe's three levels."""
+
+    stages: tuple[int, ...] = setting(REQUIRED, "stage counts", ge=1)
+    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1)
+    global_batch: int = setting(REQUIRED, "sequences per iteration, fixed", ge=1)
+    schedules: tuple[str, ...] = setting(REQUIRED, "schedules of the grid")
+    hanayo_at: tuple[int, ...] = setting(REQUIRED, "(stages, micro-batches) of Hanayo", ge=1)
+    hanayo_chunks: tuple[int, ...] = setting(REQUIRED, "chunks per device: 2 = one wave, 4 = two",
+                                             ge=1)
+    baseline: TabularBaseline = setting(REQUIRED, "the device and network of the study")
+    steps: Steps = setting(REQUIRED, "the 3x3 grid's levels")
+
+
+EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
+    "published": PublishedExperiment, "tabular": TabularExperiment,
+    "suite": ExperimentConfig, "suite_large": ExperimentConfig}

@@ -1,0 +1,42 @@
+"""`Config`: the whole typed configuration, one attribute per config group plus the top-level
+keys of the command-line contract (mode, pp, chunks, microbatches, seed)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from octopipe.config.cluster import ClusterConfig
+from octopipe.config.cost import AnalyticCost, CostConfig
+from octopipe.config.experiment import ExperimentConfig
+from octopipe.config.fields import REQUIRED, setting
+from octopipe.config.model import ModelConfig
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.config.schedule import ScheduleConfig
+from octopipe.config.sim import SimConfig
+from octopipe.config.solver import SolverConfig
+from octopipe.config.tuner import TunerConfig
+
+Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute"]
+MODES: tuple[str, ...] = Mode.__args__
+TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """What `python -m octopipe.run` was asked, as typed values."""
+
+    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute")
+    pp: int | None = setting(8, "devices in the pipeline; null: every rank of the cluster", ge=1)
+    chunks: int | None = setting(None, "stages per device; null: the schedule's natural count "
+                                       "(1, or 2 for V/interleaved)", ge=1)
+    microbatches: int = setting(16, "micro-batches per iteration", ge=1)
+    seed: int = setting(0, "every random choice follows it", ge=0)
+    sim: SimConfig = setting(SimConfig(), "the simulator")
+    model: ModelConfig = setting(REQUIRED, "model=<preset> (conf/model)")
+    cluster: ClusterConfig = setting(ClusterConfig(), "cluster=<preset> (conf/cluster)")
+    cost: CostConfig = setting(AnalyticCost(), "cost=<source> (conf/cost)")
+    schedule: ScheduleConfig = setting(ScheduleConfig(), "schedule=<name> (conf/schedule)")
+    solver: SolverConfig = setting(SolverConfig(), "solver=<backend> (conf/solver)")
+    tuner: TunerConfig = setting(TunerConfig(), "tuner=<preset> (conf/tuner)")
+    runtime: RuntimeConfig = setting(RuntimeConfig(), "runtime=<preset> (conf/runtime)")
+    experiment: ExperimentConfig | None = setting(None, "experiment=<name> (conf/experiment)")

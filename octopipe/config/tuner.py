@@ -1,0 +1,39 @@
+"""`tuner`: the bubble-aware tuner (octopipe.tune), its search budget and its checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from octopipe.config.convert import check
+from octopipe.config.fields import setting
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """conf/tuner/*.yaml. Seeded by the top-level `seed`."""
+
+    time_budget_s: float = setting(30.0, "wall-clock budget of one tune() call (baselines, ILP, "
+                                         "search, checks)", gt=0)
+    max_iters: int = setting(400, "local-search iterations at most", ge=1)
+    patience: int = setting(40, "iterations without a new best before the search stops", ge=1)
+    candidates_per_iter: int = setting(8, "moves estimated per iteration at least (up to 400 on "
+                                          "small instances)", ge=1)
+    kick_strength: int = setting(3, "random moves per perturbation at a local optimum", ge=1)
+    max_chunks: int = setting(8, "largest stages-per-device count among the loop/V starting "
+                                 "points", ge=1)
+    finalists: int = setting(6, "distinct best candidates fully simulated at the end", ge=1)
+    smt_max_actions: int = setting(
+        32768, "SMT deadlock proof up to this many actions; larger: simulator detection (about "
+               "0.1 ms per action)", ge=1)
+    ilp: bool = setting(True, "start from the joint partition + placement ILP (solvers)")
+    polish_s: float = setting(2.0, "seconds of row moves (advance into bubbles) on the best table",
+                              ge=0)
+    split_layers: Literal["auto", "force", "off"] = setting(
+        "auto", "split HEAD/MLP/MoE layers into pieces. auto: of no split and pieces capped at 1, "
+                "1/2, 1/4 of split_share, the one with the best bound (fewest pieces within 1%); "
+                "force: every layer heavier than split_share; off: whole layers only")
+    split_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
+                                      "work / devices)", gt=0)
+
+    def __post_init__(self) -> None:
+        check(self, "tuner.")
