@@ -17,8 +17,9 @@ import torch
 
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
+from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.stage import StageModule, microbatch
+from octopipe.runtime.stage import StageModule
 
 
 @dataclass
