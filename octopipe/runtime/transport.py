@@ -237,7 +237,7 @@ class OrderedTransport(Transport):
                  comm_device: torch.device | None = None, poll: bool = False, inline: bool = False) -> None:
         super().__init__(rank, n_stages, n_microbatches, device, comm_device, inline and not poll)
         self.groups, self.orders, self.poll = pairs.groups, pairs.orders, poll
-        self._next = {pair: 0 for pair in orders if pair[0] == rank}
+        self._next = {pair: 0 for pair in self.orders if pair[0] == rank}
         self._held: dict[tuple[int, int], dict[Key, tuple[torch.Tensor, bool]]] = \
             {pair: {} for pair in self._next}
         self.n_held = 0
