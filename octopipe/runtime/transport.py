@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _get_default_group
 
 from octopipe.errors import ScheduleError
 
@@ -97,7 +98,6 @@ def choose_transport(backend: str, transport: str = "auto", device: str = "auto"
 
 
 def _default_group():
-    from torch.distributed.distributed_c10d import _get_default_group
     return _get_default_group()
 
 

@@ -7,6 +7,8 @@ ordered one posts each pair's messages in the order `pair_orders` gives.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import time
@@ -279,8 +281,6 @@ def keep_heap() -> bool:
     by default a block above 128 KiB is mapped fresh and unmapped when freed, so every iteration
     page-faults its activations in again (6.5x the page faults of torch's own schedule processes on
     the same work here). Returns whether it applied (glibc only)."""
-    import ctypes
-    import ctypes.util
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
