@@ -45,9 +45,10 @@ Writes trace.json (the measured run: a track per rank, transfers as flows; one t
 per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
 grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error, `pinned`
 (each rank's core, or null), the `calibrations` run and a `schedules` entry per schedule.
-`simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B times observed in the measured iterations: on a shared,
-loaded CPU this separates the simulator's model of the schedule (dependencies, transfers,
-dispatch) from the drift between offline profiling and the contended run.
+`simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B
+times observed in the measured iterations: on a shared, loaded CPU this separates the simulator's
+model of the schedule (dependencies, transfers, dispatch) from the drift between offline
+profiling and the contended run.
 
 Structure: `runtime_config` turns `cfg.runtime` into a validated `RuntimeConfig` once; the input
 builders (`choose_model`, `_costs`, `_plans`) read the rest of the config; `measure` is a

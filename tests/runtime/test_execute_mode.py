@@ -186,3 +186,17 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     else:       # measured times vary: a whole-layer baseline may beat every split plan
         assert plan.meta["origin"].startswith("baseline"), plan.meta
         assert plan.n_layers == model.n_layers
+
+
+@pytest.mark.parametrize("key,value,message", [("iterations", "three", "runtime.iterations='three': must be an integer"),
+                                               ("lr", -1, "runtime.lr=-1: out of range"),
+                                               ("warmup", -1, "runtime.warmup=-1: out of range"),
+                                               ("dispatch", "eager", "runtime.dispatch='eager': choose one of")])
+def test_runtime_config_is_converted_once_and_bad_values_name_the_field(key, value, message):
+    from omegaconf import OmegaConf
+
+    from octopipe.errors import ConfigError
+    from octopipe.modes.execute import runtime_config
+    assert runtime_config(OmegaConf.create({})) == RuntimeConfig()
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        runtime_config(OmegaConf.create({"runtime": {key: value}}))
