@@ -2,7 +2,7 @@
 
 Each distinct layer (kind, shape, the shape it receives, sequence, micro-batch size, device,
 threads, torch version; each piece of a split layer is a layer of its own) is timed once with
-its real runtime module, the same way the runtime runs it: F is the forward, I the input
+its real module (`octopipe.layers`), the same way the runtime runs it: F is the forward, I the input
 gradient with the graph kept, W the parameter gradients from what I kept; the median (or
 `statistic`) of `repeats` runs after `warmup` is cached as JSON under `cache_dir`, so the
 planner can plan for the machine it runs on without re-measuring. Memory, parameter and FLOP
@@ -18,12 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from octopipe.cluster import Cluster
 from octopipe.config.convert import convert, to_plain
 from octopipe.config.cost import ProfiledCost
+from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.layers import build_layer, carry_shape
+from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
 
 STATISTICS = {"median": 50, "q25": 25, "min": 0}
@@ -38,10 +42,6 @@ def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: i
                   warmup: int = 2, statistic: str = "median") -> dict[str, float]:
     """F, I, W (and full B) seconds of layer `index` for one micro-batch on `device`, run as the
     runtime runs them; `statistic` (median, q25, min) of `repeats` runs."""
-    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
-
-    from octopipe.runtime.layers import build_layer
-    from octopipe.runtime.stage import microbatch
     layer = build_layer(model, index).to(device)
     batch = {k: v.to(device) for k, v in microbatch(model, 0, 0, 0).items()}
     x_in = layer_input(model, index, device)
@@ -83,8 +83,6 @@ def layer_input(model: ModelSpec, index: int, device: torch.device) -> torch.Ten
     first layer), except that a piece after the first of a split layer gets the carry its
     preceding pieces compute from such activations (an MoE piece must see top-k gates, whose
     zeros decide the tokens its experts run on, not noise)."""
-    from octopipe.runtime.layers import build_layer, carry_shape
-    from octopipe.runtime.stage import microbatch
     start = index - model.layers[index].shard
     gen = torch.Generator().manual_seed(index)
     x = torch.randn(carry_shape(model, start - 1), generator=gen) if start > 0 else None
@@ -98,7 +96,6 @@ def layer_input(model: ModelSpec, index: int, device: torch.device) -> torch.Ten
 
 def _key(model: ModelSpec, index: int, device: str, threads: int, statistic: str) -> str:
     """The layer's shape (its spec without the name, the shape it receives) and the conditions."""
-    from octopipe.runtime.layers import carry_shape
     spec = replace(model.layers[index], name="")
     shape_in = carry_shape(model, index - 1) if index else None
     text = repr((spec, shape_in, model.seq_len, model.micro_batch_size,
@@ -145,8 +142,6 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
     """The CostTable of `model` with F, I, W measured on the local device for every kind of
     `cluster` (one machine measures one device: every column gets the same times). A raw
     mapping (a preset file read directly) goes through the schema first."""
-    from octopipe.cost.analytic import analytic_costs
-    from octopipe.runtime.layers import carry_shape
     if not isinstance(cost, ProfiledCost):
         cost = convert(ProfiledCost, {**to_plain(cost), "source": "profiled"}, "cost.")
     cache = cost.cache_dir

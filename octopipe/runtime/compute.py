@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-
+import torch.distributed as dist
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
+from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.stage import StageModule, microbatch
+from octopipe.runtime.stage import StageModule
 
 
 @dataclass
@@ -115,7 +116,6 @@ class RealCompute:
         """Sum each stage's gradients over its copies (Chimera replicas): locally, then with an
         all-reduce over the ranks holding a copy (`groups[stage] = (ranks, process group)`),
         stage by stage in the same order on every rank."""
-        import torch.distributed as dist
         for s in range(self.n_stages):
             local = [mod for (r, st), mod in sorted(self.copies.items()) if st == s]
             ranks, group = groups.get(s, ((rank,), None))

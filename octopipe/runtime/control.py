@@ -3,6 +3,7 @@ who failed, and the abort flag every waiting rank polls."""
 from __future__ import annotations
 
 import queue
+import sys
 from dataclasses import dataclass
 
 import torch.multiprocessing as mp
@@ -81,7 +82,6 @@ class TorchrunControl:
         pass
 
     def fail(self, rank: int, message: str, tb: str, peer: bool) -> None:
-        import sys
         where = getattr(self, "position", None)
         at = "" if where is None else f" (iteration {where[0]}, row position {where[2] + 1})"
         print(f"octopipe runtime: rank {rank} failed{at}: {message}\n{tb}", file=sys.stderr, flush=True)

@@ -21,8 +21,10 @@ import torch.multiprocessing as mp
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.control import Control, Failure
+from octopipe.runtime.emulation import emulation
+from octopipe.runtime.job import Job
 from octopipe.runtime.transport import choose_transport
-from octopipe.runtime.worker import Fault, RankJob, rank_main
+from octopipe.runtime.worker import RankJob, rank_main
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import validate
 
@@ -55,7 +57,8 @@ def check_job(model: ModelSpec | None, partition, table: ScheduleTable) -> Sched
     return compute
 
 
-def _context():
+def process_context():
+    """The forkserver that starts ranks; it has imported torch already, so ranks start fast."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed", "torch.optim", "torch._dynamo",
                                 "octopipe.runtime.worker"])
@@ -134,59 +137,70 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
             raise err
 
 
-def execute(model: ModelSpec | None, partition, table: ScheduleTable, *, dispatch: str = "ready_first",
-            compute: str = "real", iterations: int = 1, seed: int = 0, lr: float = 0.0,
-            durations: dict | None = None, message_elems: dict | None = None, backend: str = "gloo",
-            timeout_s: float = 120.0, stall_s: float = 30.0, fault: Fault | None = None,
-            cpus: tuple[int, ...] | None = None, transport: str = "auto",
-            device: str = "auto") -> ExecutionResult:
-    """Run `table` with `partition` on one process per device and return what was measured.
+def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) -> RankJob:
+    """What every rank of `job` gets: `table` (the plan's compute-only table), the transport and
+    device resolved, emulated compute's sleeps and message sizes worked out once."""
+    config = job.config
+    transport, device = choose_transport(config.backend, config.transport, config.device)
+    emulated = emulation(job) if config.compute == "emulated" else None
+    return RankJob(job.model if config.compute == "real" else None, job.plan.partition, table,
+                   table.n_devices, init_method, config.backend, config.dispatch, config.compute,
+                   job.total_iterations, job.seed, config.lr,
+                   dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
+                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device)
 
-    `compute="emulated"` needs `durations[stage] = (f, i, w)` seconds and `message_elems[stage]`
-    (float32 elements sent after the stage); `compute="real"` builds the model's layers.
-    `cpus[rank]` pins each rank to one core (Linux; None leaves the OS to place them).
-    `transport`: `tagged` (a tag per message; gloo only), `ordered` (per-pair groups, canonical
-    posting order; what NCCL needs) or `auto` (ordered for nccl, tagged for gloo). `device`:
-    `cpu`, `cuda` (with gloo, several ranks may share one GPU; messages are staged through the
-    CPU) or `auto` (cuda for nccl, cpu for gloo).
-    """
-    if dispatch not in ("strict", "ready_first"):
-        raise ScheduleError(f"runtime.dispatch={dispatch!r}: choose strict or ready_first")
-    transport, device = choose_transport(backend, transport, device)
-    if compute not in ("real", "emulated"):
-        raise ScheduleError(f"runtime.compute={compute!r}: choose real or emulated")
-    if compute == "real" and model is None:
+
+def _check(job: Job) -> ScheduleTable:
+    """Reject a job the runtime cannot run, before any process starts; its compute-only table."""
+    config, table = job.config, job.plan.table
+    if config.dispatch not in ("strict", "ready_first"):
+        raise ScheduleError(f"runtime.dispatch={config.dispatch!r}: choose strict or ready_first")
+    choose_transport(config.backend, config.transport, config.device)
+    if config.compute not in ("real", "emulated"):
+        raise ScheduleError(f"runtime.compute={config.compute!r}: choose real or emulated")
+    if config.compute == "real" and job.model is None:
         raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec")
-    if compute == "emulated" and (durations is None or len(durations) != table.n_stages):
-        raise ScheduleError("compute=emulated needs a modelled (f, i, w) duration for every stage")
-    compute_table = check_job(model, partition, table)
+    compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
     world = table.n_devices
-    if backend == "nccl" and torch.cuda.device_count() < world:
+    if config.backend == "nccl" and torch.cuda.device_count() < world:
         raise ScheduleError(f"backend=nccl needs a GPU per rank: the table has {world} ranks and this machine "
                             f"{torch.cuda.device_count()} GPU(s), and NCCL refuses two ranks on one GPU; use "
                             f"backend=gloo with device=cuda to share GPUs")
-    if cpus is not None and len(cpus) != world:
-        raise ScheduleError(f"cpus lists {len(cpus)} cores but the table has {world} ranks; give one core per rank")
-    ctx = _context()
+    if job.pinned is not None and len(job.pinned) != world:
+        raise ScheduleError(f"the job pins {len(job.pinned)} cores but the table has {world} ranks; "
+                            "give one core per rank")
+    return compute_table
+
+
+def execute(job: Job) -> ExecutionResult:
+    """Run `job` on one process per device and return what was measured.
+
+    `compute="emulated"` sleeps `job.costs` as `emulation` scales them; `compute="real"` builds
+    the model's layers. `job.pinned[rank]` pins each rank to one core (Linux). Transport
+    (`runtime.transport`): `tagged` (a tag per message; gloo only), `ordered` (per-pair groups,
+    canonical posting order; what NCCL needs) or `auto` (ordered for nccl, tagged for gloo).
+    Device: `cpu`, `cuda` (with gloo, several ranks may share one GPU; messages are staged
+    through the CPU) or `auto` (cuda for nccl, cpu for gloo).
+    """
+    compute_table = _check(job)
+    world = compute_table.n_devices
+    ctx = process_context()
     control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
-        job = RankJob(model, tuple(tuple(p) for p in partition), compute_table, world,
-                      f"tcp://127.0.0.1:{free_port()}", backend, dispatch, compute, iterations, seed, lr,
-                      dict(durations or {}), dict(message_elems or {}), tmp, fault,
-                      cpus=tuple(cpus or ()), transport=transport, device=device)
-        procs = [ctx.Process(target=rank_main, args=(r, job, control), name=f"octopipe-rank{r}")
+        rank = rank_job(job, compute_table, f"tcp://127.0.0.1:{free_port()}", tmp)
+        procs = [ctx.Process(target=rank_main, args=(r, rank, control), name=f"octopipe-rank{r}")
                  for r in range(world)]
         for p in procs:
             p.start()
         try:
-            _watch(procs, control, compute_table, timeout_s, stall_s)
+            _watch(procs, control, compute_table, job.config.timeout_s, job.config.stall_s)
         finally:
             for p in procs:
                 if p.exitcode is None:
                     p.kill()
                 p.join(timeout=5)
         docs = [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=False) for r in range(world)]
-    return _gather(docs, compute_table, iterations)
+    return _gather(docs, compute_table, job.total_iterations)
 
 
 def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> ExecutionResult:

@@ -1,6 +1,5 @@
-"""Pipeline stages built from a ModelSpec and a partition, the model a plan runs (its split
-layers), the micro-batch data every rank can rebuild, and the single-process reference that the
-runtime's gradients are checked against."""
+"""Pipeline stages built from a ModelSpec and a partition, and the single-process reference that
+the runtime's gradients are checked against (on the micro-batches of `octopipe.layers.batch`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,9 +7,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from octopipe.model.layer import LayerKind
+from octopipe.layers import build_layer, carry_shape
+from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.layers import build_layer, carry_shape
 
 
 class StageModule(nn.Module):
@@ -26,21 +25,6 @@ class StageModule(nn.Module):
         for layer in self.layers.values():
             x = layer(x, batch)
         return x
-
-
-def microbatch(model: ModelSpec, seed: int, iteration: int, mb: int) -> dict:
-    """Token ids, next-token targets and (for vision models) image patches of one micro-batch."""
-    g = torch.Generator().manual_seed(((seed * 7919 + iteration) * 104_729 + mb) & 0x7FFF_FFFF)
-    b, s = model.micro_batch_size, model.seq_len
-    vocab = model.vocab or next((l.vocab for l in model.layers if l.vocab), 0)
-    tokens = torch.randint(0, vocab, (b, s + 1), generator=g)
-    out = {"ids": tokens[:, :-1], "targets": tokens[:, 1:]}
-    for spec in model.layers:
-        if spec.kind is LayerKind.PATCH_EMBED:
-            n = spec.tokens or s
-            out["pixels"] = torch.randn(b, n, spec.channels * spec.patch * spec.patch, generator=g)
-            break
-    return out
 
 
 def stage_input_shape(model: ModelSpec, lo: int) -> tuple[int, ...] | None:

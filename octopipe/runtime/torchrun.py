@@ -19,20 +19,21 @@ import argparse
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from octopipe.config.runtime import RuntimeConfig
 from octopipe.errors import ScheduleError
+from octopipe.io import CONF_DIR
+from octopipe.model.build import build_model
+from octopipe.plan import plan_model
+from octopipe.runtime.control import TorchrunControl
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import check_job, rank_job
+from octopipe.runtime.worker import rank_main
+from octopipe.schedule.plan_io import load_plan
 
 
 def main(argv: list[str] | None = None) -> None:
-    from omegaconf import OmegaConf
-
-    from octopipe.model.build import build_model
-    from octopipe.run import CONF_DIR
-    from octopipe.runtime.control import TorchrunControl
-    from octopipe.runtime.launch import check_job
-    from octopipe.plan import plan_model
-    from octopipe.runtime.transport import choose_transport
-    from octopipe.runtime.worker import RankJob, rank_main
-    from octopipe.schedule.plan_io import load_plan
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", required=True)
     ap.add_argument("--model", required=True, help="model preset name (conf/model/<name>.yaml)")
@@ -47,19 +48,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/torchrun")
     args = ap.parse_args(argv)
-    transport, device = choose_transport(args.backend, args.transport, args.device)
+    config = RuntimeConfig(backend=args.backend, transport=args.transport, device=args.device,
+                           dispatch=args.dispatch, iterations=args.iterations, warmup=0, lr=args.lr)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     plan = load_plan(args.plan)
     model = plan_model(build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")), plan)
+    job = Job(plan, model, config, seed=args.seed)
     table = check_job(model, plan.partition, plan.table)
     if table.n_devices != world:
         raise ScheduleError(f"the plan has {table.n_devices} ranks but torchrun started {world}; "
                             f"set --nnodes x --nproc-per-node = {table.n_devices}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    job = RankJob(model, plan.partition, table, world, "env://", args.backend, args.dispatch, "real",
-                  args.iterations, args.seed, args.lr, result_dir=args.out, transport=transport,
-                  device=device)
-    rank_main(rank, job, TorchrunControl())
+    rank_main(rank, rank_job(job, table, "env://", args.out), TorchrunControl())
 
 
 if __name__ == "__main__":

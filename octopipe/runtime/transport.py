@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _get_default_group
 
 from octopipe.errors import ScheduleError
 
@@ -54,6 +55,14 @@ class Key(NamedTuple):
     stage: int
     microbatch: int
     direction: int
+
+
+class Pairs(NamedTuple):
+    """The ordered pairs (src, dst) of ranks that exchange messages on the `ordered` transport:
+    each pair's canonical message order and its process group."""
+
+    orders: dict[tuple[int, int], list[Key]]
+    groups: dict[tuple[int, int], object]
 
 
 def tag_of(key: Key, iteration: int, n_stages: int, n_microbatches: int) -> int:
@@ -89,7 +98,6 @@ def choose_transport(backend: str, transport: str = "auto", device: str = "auto"
 
 
 def _default_group():
-    from torch.distributed.distributed_c10d import _get_default_group
     return _get_default_group()
 
 
@@ -220,17 +228,16 @@ class Transport:
 class OrderedTransport(Transport):
     """The `ordered` transport: per-pair process groups, each pair's messages in canonical order.
 
-    `groups[(src, dst)]` is the process group of that ordered pair; `orders[(src, dst)]` the
-    canonical message order on it (`pair_orders`). `poll=True` (NCCL) learns of arrivals by
-    polling is_completed() instead of a thread blocked in wait() per receive.
+    `pairs.groups[(src, dst)]` is the process group of that ordered pair; `pairs.orders[(src,
+    dst)]` the canonical message order on it (`pair_orders`). `poll=True` (NCCL) learns of
+    arrivals by polling is_completed() instead of a thread blocked in wait() per receive.
     """
 
-    def __init__(self, rank: int, n_stages: int, n_microbatches: int, device: torch.device,
-                 groups: dict[tuple[int, int], object], orders: dict[tuple[int, int], list[Key]],
+    def __init__(self, rank: int, n_stages: int, n_microbatches: int, device: torch.device, pairs: Pairs,
                  comm_device: torch.device | None = None, poll: bool = False, inline: bool = False) -> None:
         super().__init__(rank, n_stages, n_microbatches, device, comm_device, inline and not poll)
-        self.groups, self.orders, self.poll = groups, orders, poll
-        self._next = {pair: 0 for pair in orders if pair[0] == rank}
+        self.groups, self.orders, self.poll = pairs.groups, pairs.orders, poll
+        self._next = {pair: 0 for pair in self.orders if pair[0] == rank}
         self._held: dict[tuple[int, int], dict[Key, tuple[torch.Tensor, bool]]] = \
             {pair: {} for pair in self._next}
         self.n_held = 0

@@ -7,6 +7,8 @@ ordered one posts each pair's messages in the order `pair_orders` gives.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import time
@@ -16,11 +18,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from octopipe.layers import carry_shape
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
-from octopipe.runtime.layers import carry_shape
-from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Transport
+from octopipe.runtime.job import Fault
+from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
 
@@ -30,18 +33,9 @@ class Aborted(Exception):
 
 
 @dataclass(frozen=True)
-class Fault:
-    """Injected failure for tests: at `action` on `rank`, `raise`, `exit` (SIGKILL) or `hang`."""
-
-    rank: int
-    action: str
-    kind: str = "raise"
-    iteration: int = 0
-
-
-@dataclass(frozen=True)
 class RankJob:
-    """Everything a rank needs, picklable; identical for all ranks except `rank`."""
+    """Everything a rank needs, resolved and picklable (`launch.rank_job` builds it from a Job);
+    identical for all ranks except `rank`."""
 
     model: ModelSpec | None
     partition: tuple[tuple[int, int], ...]
@@ -248,7 +242,7 @@ class Rank:
         # torch's schedules do, so no waiter thread takes the GIL from a computing rank
         inline = self.job.dispatch == "strict"
         if self.job.transport == "ordered":
-            self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, self.pair_groups, self.orders,
+            self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, Pairs(self.orders, self.pair_groups),
                                               self.comm_device, poll=self.job.backend == "nccl", inline=inline)
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
@@ -287,8 +281,6 @@ def keep_heap() -> bool:
     by default a block above 128 KiB is mapped fresh and unmapped when freed, so every iteration
     page-faults its activations in again (6.5x the page faults of torch's own schedule processes on
     the same work here). Returns whether it applied (glibc only)."""
-    import ctypes
-    import ctypes.util
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

@@ -9,7 +9,7 @@ from octopipe.model.layer import LayerKind
 from octopipe.model.params import layer_params
 
 torch = pytest.importorskip("torch")
-from octopipe.runtime.layers.build import build_layer  # noqa: E402
+from octopipe.layers.build import build_layer  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 # The runtime's vision front end is a CPU stand-in (learned positions, RMSNorm in the ViT), not
@@ -36,8 +36,8 @@ def test_gemm_flops_equal_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
     from octopipe.cost.analytic import AnalyticCostModel
-    from octopipe.runtime.layers.build import carry_shape
-    from octopipe.runtime.stage import microbatch
+    from octopipe.layers.batch import microbatch
+    from octopipe.layers.build import carry_shape
 
     cm = AnalyticCostModel()
     checked = set()

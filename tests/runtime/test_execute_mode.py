@@ -8,10 +8,13 @@ import sys
 import pytest
 
 from octopipe.cluster import Link
+from octopipe.config.convert import convert
+from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
+from octopipe.measure.fidelity import compare
+from octopipe.measure.machine import local_cluster
 from octopipe.plan import Plan, uniform_partition
-from octopipe.runtime.calibrate import local_cluster
-from octopipe.runtime.fidelity import compare
+from octopipe.runtime.job import Job
 from octopipe.runtime.trace import chrome_trace
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
@@ -21,7 +24,7 @@ from octopipe.schedule.table import ScheduleTable
 def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
     """1F1B and ZB-V side by side on 2 pinned ranks: each predicted from the calibration of its
     own partition (1 and 2 stages per rank), both launched with the ranks on their cores."""
-    from octopipe.runtime.cores import can_pin, core_ids, pin_map
+    from octopipe.runtime.pinning import can_pin, core_ids, pin_map
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
@@ -74,27 +77,25 @@ def test_bad_or_impossible_links_exit_with_one_line_naming_the_field(tmp_path, o
 
 
 def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
-    from omegaconf import OmegaConf
-
     from octopipe.errors import ConfigError
     from octopipe.modes.execute import rank_cores
-    from octopipe.runtime.cores import can_pin, core_ids
-    cfg = lambda pin: OmegaConf.create({"runtime": {"pin": pin}})
+    from octopipe.runtime.pinning import can_pin, core_ids
+    config = lambda pin, compute="real": convert(RuntimeConfig, {"pin": pin, "compute": compute}, "runtime.")
     cores = core_ids()
     expected = tuple(cores[r % len(cores)] for r in range(5)) if can_pin() else None
-    assert rank_cores(cfg("auto"), 5, "real") == expected
-    assert rank_cores(cfg(False), 5, "real") is None
-    assert rank_cores(cfg("auto"), 5, "emulated") is None
+    assert rank_cores(config("auto"), 5) == expected
+    assert rank_cores(config(False), 5) is None
+    assert rank_cores(config("auto", "emulated"), 5) is None
     if can_pin():
-        assert rank_cores(cfg(True), 5, "real") == expected
+        assert rank_cores(config(True), 5) == expected
     with pytest.raises(ConfigError, match=r"runtime\.pin='sometimes'"):
-        rank_cores(cfg("sometimes"), 2, "real")
+        rank_cores(config("sometimes"), 2)
 
 
 def test_each_plan_is_calibrated_on_its_own_partition_when_every_rank_has_as_many_stages():
     """c stages on each rank: the calibration runs the plan's own partition (uneven too); other
     plans take the even one-stage-per-rank calibration."""
-    from octopipe.runtime.insitu import calibration_partition
+    from octopipe.measure.insitu import calibration_partition
     for name in ("1f1b", "gpipe", "zbh1", "interleaved", "zbv"):
         table = build_schedule(name, 2, 4)
         part = uniform_partition(10, table.n_stages)
@@ -116,8 +117,8 @@ def test_emulated_eight_ranks_track_the_simulator():
     costs = CostTable.uniform(n, f=1.0, i=1.0, w=1.0, out_bytes=1e5, kinds=("local-cpu",))
     plan = Plan(uniform_partition(n, n), table)
     cluster = local_cluster(n, Link("loopback", 5e8, 1e-4))
-    c = compare(None, plan, costs, cluster, compute="emulated", dispatch="strict", iterations=1,
-                warmup=1, step_s=0.004)
+    config = RuntimeConfig(compute="emulated", dispatch="strict", iterations=1, warmup=1, emulate_step_s=0.004)
+    c = compare(Job(plan, None, config, costs=costs, cluster=cluster))
     assert c.grad_check_max_rel_err is None
     assert c.fidelity_error < 0.35, c.summary()
     trace = chrome_trace(c.result.events)
@@ -132,7 +133,7 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
 
     from octopipe.model.build import build_model
     from octopipe.model.shard import shard_model
-    from octopipe.run import CONF_DIR
+    from octopipe.io import CONF_DIR
     from octopipe.schedule.plan_io import save_plan
     model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
     counts = {11: 3, 2: 2}
@@ -164,8 +165,8 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     from omegaconf import OmegaConf
 
     from octopipe.model.build import build_model
-    from octopipe.modes.execute import _costs, _plans
-    from octopipe.run import CONF_DIR
+    from octopipe.io import CONF_DIR
+    from octopipe.modes.execute import _costs, _plans, runtime_config
     from octopipe.plan import plan_model
     model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
     cfg = OmegaConf.create({
@@ -174,8 +175,9 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
                   "split_layers": "force"},
         "cost": {"source": "profiled", "device": "cpu", "repeats": 1, "warmup": 0,
                  "cache_dir": str(tmp_path / "cache")}})
-    costs, cluster = _costs(cfg, model, "real", 2)
-    (plan,) = _plans(cfg, model, costs, cluster, "real")
+    config = runtime_config(cfg)
+    costs, cluster = _costs(cfg, config, model, 2)
+    (plan,) = _plans(cfg, config, model, costs, cluster)
     assert len(list((tmp_path / "cache").glob("*.json"))) > len(set(model.layers))   # pieces measured
     if plan.meta.get("shards"):
         sharded = plan_model(model, plan)
@@ -184,3 +186,17 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     else:       # measured times vary: a whole-layer baseline may beat every split plan
         assert plan.meta["origin"].startswith("baseline"), plan.meta
         assert plan.n_layers == model.n_layers
+
+
+@pytest.mark.parametrize("key,value,message", [("iterations", "three", "runtime.iterations='three': must be an integer"),
+                                               ("lr", -1, "runtime.lr=-1: out of range"),
+                                               ("warmup", -1, "runtime.warmup=-1: out of range"),
+                                               ("dispatch", "eager", "runtime.dispatch='eager': choose one of")])
+def test_runtime_config_is_converted_once_and_bad_values_name_the_field(key, value, message):
+    from omegaconf import OmegaConf
+
+    from octopipe.errors import ConfigError
+    from octopipe.modes.execute import runtime_config
+    assert runtime_config(OmegaConf.create({})) == RuntimeConfig()
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        runtime_config(OmegaConf.create({"runtime": {key: value}}))

@@ -1,8 +1,11 @@
 """Multi-process runs (gloo on 127.0.0.1) against the single-process reference."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from octopipe.cost.table import CostTable
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import max_rel_err, reference_run
@@ -15,7 +18,8 @@ RTOL = 1e-5
 
 def check(model, table, dispatch="ready_first", iterations=1, lr=0.0, partition=None):
     partition = partition or uniform_partition(model.n_layers, table.n_stages)
-    got = execute(model, partition, table, dispatch=dispatch, iterations=iterations, lr=lr, timeout_s=60)
+    got = execute(tiny.job(model, partition, table, dispatch=dispatch, iterations=iterations, lr=lr,
+                           timeout_s=60))
     ref = reference_run(model, table.n_microbatches, iterations=iterations, lr=lr)
     assert max_rel_err(got.grads, ref.grads) <= RTOL
     for a, b in zip(got.losses, ref.losses):
@@ -48,7 +52,7 @@ def preset(name: str):
     from omegaconf import OmegaConf
 
     from octopipe.model.build import build_model
-    from octopipe.run import CONF_DIR
+    from octopipe.io import CONF_DIR
     return build_model(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
 
 
@@ -61,7 +65,7 @@ def test_every_named_schedule_is_exact_on_the_hybrid_preset():
     ref = reference_run(model, 4)
     for name in NAMED:
         table = build_schedule(name, 2, 4)
-        got = execute(model, uniform_partition(model.n_layers, table.n_stages), table, timeout_s=60)
+        got = execute(tiny.job(model, uniform_partition(model.n_layers, table.n_stages), table, timeout_s=60))
         assert max_rel_err(got.grads, ref.grads) <= RTOL, name
         assert got.losses[0] == pytest.approx(ref.losses[0], rel=RTOL), name
 
@@ -86,13 +90,14 @@ def test_chimera_replicas_all_reduce_their_gradients_to_the_reference():
 def test_many_random_tables_on_four_ranks_finish(dispatch):
     """Emulated compute (sub-millisecond sleeps, real messages): random orders, random
     placements with several non-adjacent stages per rank, mixed B and I/W — none may hang
-    (a hang becomes a RuntimeExecutionError after `stall_s`, failing the test)."""
+    (a hang becomes a RuntimeExecutionError after `stall_s`, failing the test). Every stage
+    sleeps F 0.2 ms, I 0.2 ms, W 0.1 ms and sends 64 floats."""
+    costs = CostTable.uniform(7, f=1.0, i=1.0, w=0.5, out_bytes=256)
     for seed in range(6):
         table = random_table(n_devices=4, n_stages=7, n_microbatches=4, seed=100 + seed)
-        durations = {s: (2e-4, 2e-4, 1e-4) for s in range(table.n_stages)}
-        res = execute(None, uniform_partition(table.n_stages, table.n_stages), table, dispatch=dispatch,
-                      compute="emulated", durations=durations, message_elems={s: 64 for s in range(7)},
-                      timeout_s=60, stall_s=10)
+        job = tiny.job(None, uniform_partition(table.n_stages, table.n_stages), table, dispatch=dispatch,
+                       compute="emulated", emulate_step_s=2e-4, max_message_bytes=256, timeout_s=60, stall_s=10)
+        res = execute(replace(job, costs=costs))
         done = sum(1 for ev in res.events for e in ev if "action" in e)
         assert done == sum(len(table.actions(d)) for d in range(4))
 

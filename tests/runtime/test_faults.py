@@ -20,7 +20,7 @@ TABLE = ScheduleTable.from_strings([[f"{d}{k}{m}" for k in "FB" for m in range(3
 def run_with(fault: Fault, **kw):
     t0 = time.monotonic()
     with pytest.raises(RuntimeExecutionError) as info:
-        execute(MODEL, uniform_partition(MODEL.n_layers, 3), TABLE, fault=fault, timeout_s=60, **kw)
+        execute(tiny.job(MODEL, uniform_partition(MODEL.n_layers, 3), TABLE, fault=fault, timeout_s=60, **kw))
     return str(info.value), time.monotonic() - t0
 
 
@@ -48,11 +48,11 @@ def test_watchdog_turns_a_stuck_rank_into_an_error_with_every_position():
 def test_bad_plans_are_rejected_before_any_process_starts():
     bad = ScheduleTable.from_strings([["0B0", "0F0"], ["1F0", "1B0"]], (0, 1), 1)
     with pytest.raises(ScheduleError, match="0B0 comes before 0F0"):
-        execute(MODEL, uniform_partition(MODEL.n_layers, 2), bad)
+        execute(tiny.job(MODEL, uniform_partition(MODEL.n_layers, 2), bad))
     good = ScheduleTable.from_strings([["0F0", "0B0"], ["1F0", "1B0"]], (0, 1), 1)
     with pytest.raises(ScheduleError, match="partition covers 5 layers"):
-        execute(MODEL, ((0, 2), (2, 5)), good)
+        execute(tiny.job(MODEL, ((0, 2), (2, 5)), good))
     with pytest.raises(ScheduleError, match="partition has 1 stages but the table places 2"):
-        execute(MODEL, ((0, 5),), good)
+        execute(tiny.job(MODEL, ((0, 5),), good))
     with pytest.raises(ScheduleError, match="runtime.dispatch='eager'"):
-        execute(MODEL, uniform_partition(MODEL.n_layers, 2), good, dispatch="eager")
+        execute(tiny.job(MODEL, uniform_partition(MODEL.n_layers, 2), good, dispatch="eager"))

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from octopipe.runtime.layers import build_layer, carry_shape
-from octopipe.runtime.layers.attention import lightning
-from octopipe.runtime.layers.ssm import ssd_scan
-from octopipe.runtime.stage import StageModule, microbatch
+from octopipe.layers import build_layer, carry_shape
+from octopipe.layers.attention import lightning
+from octopipe.layers.ssm import ssd_scan
+from octopipe.layers.batch import microbatch
+from octopipe.runtime.stage import StageModule
 from tests.runtime import tiny
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 import pytest
 import torch
 
+from octopipe.layers import build_layer, carry_shape
+from octopipe.layers.batch import microbatch
+from octopipe.layers.io import Head
+from octopipe.layers.mlp import MLP, MoE
+from octopipe.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.model.shard import shard_model, split_layer
-from octopipe.plan import Plan
+from octopipe.plan import Plan, plan_model
 from octopipe.runtime.launch import execute
-from octopipe.runtime.layers import build_layer, carry_shape
-from octopipe.runtime.layers.io import Head
-from octopipe.runtime.layers.mlp import MLP, MoE
-from octopipe.runtime.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
-from octopipe.plan import plan_model
-from octopipe.runtime.stage import StageModule, max_rel_err, microbatch, reference_run
+from octopipe.runtime.stage import StageModule, max_rel_err, reference_run
 from tests.runtime import tiny
 
 RTOL = 1e-5
@@ -124,7 +124,7 @@ def test_shard_state_dict_converts_a_checkpoint_of_other_weights():
 def _pipeline_case(table, partition):
     model, sharded = sharded_hybrid()
     m = table.n_microbatches
-    got = execute(sharded, partition, table, timeout_s=60)
+    got = execute(tiny.job(sharded, partition, table, timeout_s=60))
     ref = reference_run(model, m)
     assert got.losses[0] == pytest.approx(ref.losses[0], rel=RTOL)
     assert max_rel_err(got.grads, shard_state_dict(sharded, ref.grads)) <= RTOL

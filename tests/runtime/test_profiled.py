@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 from octopipe.cluster import Link
 from octopipe.cost.profiled import profiled_costs
 from octopipe.errors import ConfigError
-from octopipe.runtime.calibrate import local_cluster
-from octopipe.runtime.layers import carry_shape
+from octopipe.measure.machine import local_cluster
+from octopipe.layers import carry_shape
 from tests.runtime import tiny
 
 

@@ -65,7 +65,8 @@ def test_pair_orders_place_chimera_replicas_per_microbatch():
 
 def run_ordered(model, table, dispatch, partition=None):
     partition = partition or uniform_partition(model.n_layers, table.n_stages)
-    got = execute(model, partition, table, dispatch=dispatch, transport="ordered", timeout_s=60, stall_s=20)
+    got = execute(tiny.job(model, partition, table, dispatch=dispatch, transport="ordered", timeout_s=60,
+                           stall_s=20))
     ref = reference_run(model, table.n_microbatches)
     assert max_rel_err(got.grads, ref.grads) <= RTOL
     assert got.losses[0] == pytest.approx(ref.losses[0], rel=RTOL)
@@ -113,14 +114,14 @@ def test_execute_rejects_bad_choices_before_starting_ranks():
     model, table = tiny.dense(1), build_schedule("1f1b", 2, 2)
     part = uniform_partition(model.n_layers, 2)
     with pytest.raises(ScheduleError, match=r"runtime.transport='fifo': choose one of auto, tagged, ordered"):
-        execute(model, part, table, transport="fifo")
+        execute(tiny.job(model, part, table, transport="fifo"))
     with pytest.raises(ScheduleError, match=r"runtime.device='tpu': choose one of auto, cpu, cuda"):
-        execute(model, part, table, device="tpu")
+        execute(tiny.job(model, part, table, device="tpu"))
     with pytest.raises(ScheduleError, match=r"runtime.backend='mpi'"):
-        execute(model, part, table, backend="mpi")
+        execute(tiny.job(model, part, table, backend="mpi"))
     if not torch.cuda.is_available():
         with pytest.raises(ScheduleError, match="device=cuda but CUDA is not available"):
-            execute(model, part, table, device="cuda")
+            execute(tiny.job(model, part, table, device="cuda"))
 
 
 def test_local_nccl_needs_a_gpu_per_rank(monkeypatch):
@@ -130,4 +131,5 @@ def test_local_nccl_needs_a_gpu_per_rank(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     model = tiny.dense(1)
     with pytest.raises(ScheduleError, match="backend=nccl needs a GPU per rank: the table has 2 ranks"):
-        execute(model, uniform_partition(model.n_layers, 2), build_schedule("1f1b", 2, 2), backend="nccl")
+        execute(tiny.job(model, uniform_partition(model.n_layers, 2), build_schedule("1f1b", 2, 2),
+                         backend="nccl"))

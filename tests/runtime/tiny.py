@@ -1,9 +1,13 @@
-"""Tiny ModelSpecs that cover every layer kind (CPU, milliseconds per layer)."""
+"""Tiny ModelSpecs that cover every layer kind (CPU, milliseconds per layer), and `job` to run them."""
 from __future__ import annotations
 
+from octopipe.config.runtime import RuntimeConfig
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.model.spec import ModelSpec
+from octopipe.plan import Plan
+from octopipe.runtime.job import Fault, Job
+from octopipe.schedule.table import ScheduleTable
 
 H = 32
 VOCAB = 64
@@ -68,3 +72,11 @@ def vlm() -> ModelSpec:
     vit = LayerSpec(K.VIT_BLOCK, 24, heads=3, head_dim=8, causal=False, ffn=32, activation="gelu")
     return model([LayerSpec(K.PATCH_EMBED, 24, patch=2, channels=3, tokens=8), vit, vit,
                   LayerSpec(K.PROJECTOR, H, in_hidden=48, ffn=48), emb(), attn(), mlp(), head()])
+
+
+def job(model: ModelSpec | None, partition, table: ScheduleTable, *, seed: int = 0,
+        pinned: tuple[int, ...] | None = None, fault: Fault | None = None, **settings) -> Job:
+    """A Job running `table` over `partition` of `model`; `settings` are RuntimeConfig fields
+    (here one iteration, no warm-up and a 120 s timeout unless given)."""
+    config = RuntimeConfig(**{"iterations": 1, "warmup": 0, "timeout_s": 120.0, **settings})
+    return Job(Plan(partition, table), model, config, seed=seed, pinned=pinned, fault=fault)

@@ -2,7 +2,7 @@
 GPU train exactly like the single-process reference, NCCL where there is a GPU per rank, and each
 layer's F/I/W time on the GPU (`cost=profiled`).
 
-    python -m octopipe.runtime.bench.gpu [--ranks 2 4] [--out runs/bench/gpu]
+    python -m octopipe.measure.bench.gpu [--ranks 2 4] [--out runs/bench/gpu]
 
 With fewer GPUs than ranks the ranks share them and their transfers go through gloo, staged
 through host memory: NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), which the
@@ -20,7 +20,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from octopipe.plan import uniform_partition
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.cost.profiled import profile_model
+from octopipe.io import CONF_DIR, write_json
+from octopipe.model.build import build_model
+from octopipe.plan import Plan, uniform_partition
+from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import max_rel_err, reference_run
 from octopipe.schedule.library import build_schedule
@@ -32,8 +37,6 @@ CASES = (("tiny_hybrid", "1f1b", 2, "strict"), ("tiny_hybrid", "zbv", 2, "ready_
 
 
 def _preset(name: str, micro_batch_size: int | None = None):
-    from octopipe.model.build import build_model
-    from octopipe.run import CONF_DIR
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
     return replace(model, micro_batch_size=micro_batch_size) if micro_batch_size else model
 
@@ -54,10 +57,10 @@ def exactness(model_name: str, schedule: str, ranks: int, dispatch: str, backend
     the CPU: losses and every parameter's gradient."""
     model = _preset(model_name)
     table = build_schedule(schedule, ranks, m)
-    part = uniform_partition(model.n_layers, table.n_stages)
+    plan = Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name)
+    config = RuntimeConfig(backend=backend, device=device, dispatch=dispatch, iterations=2, warmup=0)
     t0 = time.perf_counter()
-    res = execute(model, part, table, dispatch=dispatch, iterations=2, backend=backend, device=device,
-                  timeout_s=300)
+    res = execute(Job(plan, model, config))
     wall = time.perf_counter() - t0
     ref_dev = reference_run(model, m, iterations=2, device=device)
     ref_cpu = reference_run(model, m, iterations=2)
@@ -73,7 +76,6 @@ def exactness(model_name: str, schedule: str, ranks: int, dispatch: str, backend
 
 
 def profile(model_name: str, micro_batch_size: int) -> dict:
-    from octopipe.cost.profiled import profile_model
     model = _preset(model_name, micro_batch_size)
     times = profile_model(model, torch.device("cuda"), repeats=9, warmup=3)
     return {"model": model_name, "micro_batch_size": micro_batch_size,
@@ -99,7 +101,6 @@ def _check(name: str, fn, results: list[dict]) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from octopipe.run import write_json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--profile-micro-batch-size", type=int, default=8)

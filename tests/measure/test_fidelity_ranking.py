@@ -6,7 +6,7 @@ from itertools import permutations
 import numpy as np
 import pytest
 
-from octopipe.runtime.bench.ranking import judge, pairs, ranks, separated_chain, spearman, spread
+from octopipe.measure.bench.ranking import judge, pairs, ranks, separated_chain, spearman, spread
 
 
 def test_spread_is_the_median_and_quartiles():

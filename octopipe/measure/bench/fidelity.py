@@ -4,9 +4,9 @@ Emulated: the default 8-rank pipeline of a heterogeneous model (analytic costs o
 preset, scaled to sleepable durations) — every action sleeps its modelled time while messages
 really travel over loopback gloo. Real: the tiny hybrid preset (8 sequences per micro-batch, so
 compute outweighs the per-action overheads) computing on 2 and 4 ranks pinned round-robin to the
-cores, the simulator fed per-layer costs calibrated in situ (`octopipe.runtime.insitu`: separate
+cores, the simulator fed per-layer costs calibrated in situ (`octopipe.measure.insitu`: separate
 calibration launches of the real runtime on the same ranks, one per partition the schedules
-use) and the per-core shared-cores model (`octopipe.runtime.cores`), with the offline
+use) and the per-core shared-cores model (`octopipe.measure.sharing`), with the offline
 `cost=profiled` prediction and a replay of each stage's times observed in the measured
 iterations beside it. Before each rank count it waits for a quiet machine (1-minute load below
 `--quiet-load`) and prints the load at start and end. Runs alternate: each of `--rounds` rounds
@@ -17,7 +17,7 @@ machine falls on every schedule alike. Reported: the mean and max absolute relat
 the ranking judged pair by pair (`bench/ranking.py`: separated pairs vs pairs within noise,
 Spearman over all schedules and over the largest mutually separated set).
 
-    python -m octopipe.runtime.bench.fidelity [--skip-real] [--skip-emulated] [--rounds 6]
+    python -m octopipe.measure.bench.fidelity [--skip-real] [--skip-emulated] [--rounds 6]
 """
 from __future__ import annotations
 
@@ -26,16 +26,27 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
 
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.cost.profiled import profiled_costs
+from octopipe.io import CONF_DIR, write_json
+from octopipe.load import load_cluster, load_costs, load_model
+from octopipe.measure.bench.ranking import judge, spearman, spread
+from octopipe.measure.fidelity import Comparison, compare, summarise
+from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
+from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.model.build import build_model
 from octopipe.plan import Plan, partition_from_sizes, uniform_partition
-from octopipe.runtime.bench.ranking import judge, spearman, spread
-from octopipe.runtime.fidelity import Comparison, compare, launch, summarise
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import execute
+from octopipe.runtime.pinning import available_cores, core_ids, pin_map
 from octopipe.schedule.library import build_schedule
+from octopipe.tune.tuner import tune
 
 EMULATED = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipev")
 REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
@@ -44,7 +55,6 @@ REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
 def _tuned(model, costs, cluster, n: int, m: int) -> Plan:
     """The tuner's plan on the offline profile (10 s, whole layers): its own partition and
     placement, so the prediction leans on per-layer costs, not on a calibrated stage."""
-    from octopipe.tune.tuner import tune
     plan = tune(costs, cluster, n, m, tuner_cfg={"time_budget_s": 10.0, "split_layers": "off"}, seed=0,
                 model=model.name).plan
     return Plan(plan.partition, replace(plan.table, name="tuned"), model.name, plan.cluster, plan.meta)
@@ -137,10 +147,8 @@ def rejudge(path: Path) -> list[dict]:
     return out
 
 
-def emulated(model_name: str, cluster_name: str, n: int, m: int, dispatch: str, iterations: int) -> dict:
-    from octopipe.load import load_cluster, load_costs, load_model
-    from octopipe.run import CONF_DIR
-    from octopipe.runtime.calibrate import local_cluster, measure_loopback
+def emulated(model_name: str, cluster_name: str, n: int, m: int, config: RuntimeConfig) -> dict:
+    """Emulated compute of every schedule in EMULATED on `n` ranks, `m` micro-batches."""
     cfg = OmegaConf.create({"model": OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"),
                             "cluster": OmegaConf.load(CONF_DIR / "cluster" / f"{cluster_name}.yaml"),
                             "cost": OmegaConf.load(CONF_DIR / "cost" / "analytic.yaml"), "pp": n})
@@ -151,9 +159,8 @@ def emulated(model_name: str, cluster_name: str, n: int, m: int, dispatch: str, 
     for name in EMULATED:
         table = build_schedule(name, n, m)
         plan = Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name)
-        rows.append(compare(None, plan, costs, sim_cluster, compute="emulated", dispatch=dispatch,
-                            iterations=iterations, warmup=1))
-    return _group(f"emulated: {model.name} on {cluster_name}, {n} ranks, {m} micro-batches, {dispatch}", rows)
+        rows.append(compare(Job(plan, None, config, costs=costs, cluster=sim_cluster)))
+    return _group(f"emulated: {model.name} on {cluster_name}, {n} ranks, {m} micro-batches, {config.dispatch}", rows)
 
 
 def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float = 10.0) -> dict:
@@ -171,28 +178,37 @@ def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float = 10.0) ->
     return {"load_when_asked": first, "load_at_start": load, "waited_s": waited, "quiet": load < threshold}
 
 
-def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh: bool = True,
-         rounds: int = 3, warmup: int = 1, micro_batch_size: int | None = None, pin: bool = True,
-         schedules: tuple[str, ...] = REAL, quiet: dict | None = None) -> dict:
-    """Real compute on `n` ranks: `rounds` rounds, each launching the calibration table and then
-    every schedule once (in a rotated order); each launch runs `warmup` discarded and
-    `iterations` measured iterations. Ranks are pinned round-robin to the cores (`pin`)."""
-    from octopipe.cost.profiled import profiled_costs
-    from octopipe.model.build import build_model
-    from octopipe.run import CONF_DIR
-    from octopipe.runtime.calibrate import local_cluster, measure_loopback
-    from octopipe.runtime.cores import available_cores, core_ids, pin_map
-    from octopipe.runtime.insitu import calibration_partition, calibration_tables, fit_run
-    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"))
-    if micro_batch_size:
-        model = replace(model, micro_batch_size=micro_batch_size)
+@dataclass(frozen=True)
+class RealSetting:
+    """The real-compute measurement as the command line sets it."""
+
+    model: str = "tiny_hybrid"
+    microbatches: int = 4
+    config: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(dispatch="strict"))
+    rounds: int = 6
+    micro_batch_size: int | None = None
+    pin: bool = True                  # ranks pinned round-robin to the cores
+    fresh: bool = True                # profile now, under the machine's present load
+    schedules: tuple[str, ...] = REAL
+
+
+def real(setting: RealSetting, n: int, quiet: dict | None = None) -> dict:
+    """Real compute on `n` ranks: `setting.rounds` rounds, each launching the calibration tables
+    and then every schedule once (in a rotated order); each launch runs the config's warm-up
+    (discarded) and measured iterations."""
+    config = replace(setting.config, compute="real")
+    m, schedules, rounds = setting.microbatches, setting.schedules, setting.rounds
+    warmup, iterations, dispatch = config.warmup, config.iterations, config.dispatch
+    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{setting.model}.yaml"))
+    if setting.micro_batch_size:
+        model = replace(model, micro_batch_size=setting.micro_batch_size)
     cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
     cost_cfg = OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
     cost_cfg.device = "cpu"        # where these gloo ranks compute, also on a machine with a GPU
-    if fresh:
+    if setting.fresh:
         cost_cfg.cache_dir = ""    # profile now, under the machine's present load
     costs = profiled_costs(cost_cfg, model, cluster)
-    pinned = pin_map(n, core_ids()) if pin else None
+    pinned = pin_map(n, core_ids()) if setting.pin else None
     plans = []
     for name in schedules:
         if name in EXTRA:
@@ -209,15 +225,16 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
             cal_plans[part] = [Plan(part, t, model.name) for t in calibration_tables(n, m, part)]
     runs: dict[str, list] = {p.table.name: [] for p in plans}
     cal_runs: dict[tuple, list] = {part: [] for part in cal_plans}
-    kw = dict(compute="real", dispatch=dispatch, iterations=iterations, warmup=warmup)
+    base = Job(plans[0], model, config, pinned=pinned, costs=costs, cluster=cluster)
+    unchecked = replace(config, grad_check=False)
     quiet = quiet or {}
     load_start = os.getloadavg()
     t0 = time.monotonic()
     for r in range(rounds):
         for stages, variants in cal_plans.items():
-            cal_runs[stages].append(launch(model, variants[r % 2], costs, cluster, cpus=pinned, **kw))
+            cal_runs[stages].append(execute(replace(base, plan=variants[r % 2])))
         for plan in plans[r % len(plans):] + plans[:r % len(plans)]:
-            runs[plan.table.name].append(launch(model, plan, costs, cluster, cpus=pinned, **kw))
+            runs[plan.table.name].append(execute(replace(base, plan=plan)))
     load_end = os.getloadavg()
     elapsed = time.monotonic() - t0
     measured = list(range(warmup, warmup + iterations))
@@ -227,13 +244,14 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
         cal_events = [ev for res in cal_runs[stages] for ev in res.events]
         calibrations[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, available_cores(), pinned)
         plain_fits[stages] = fit_run(cal_events, cal_plan.partition, costs, measured, None)
-        cal_rows.append(summarise(model, cal_plan, cal_runs[stages][::2], costs, cluster,
-                                  calibration=calibrations[stages], grad_check=False, **kw))
-    rows = [summarise(model, p, runs[p.table.name], costs, cluster, calibration=calibrations[calibration_partition(p)],
-                      grad_check=(i == 0), **kw) for i, p in enumerate(plans)]
+        cal_rows.append(summarise(replace(base, plan=cal_plan, config=unchecked), cal_runs[stages][::2],
+                                  calibrations[stages]))
+    rows = [summarise(replace(base, plan=p, config=config if i == 0 else unchecked), runs[p.table.name],
+                      calibrations[calibration_partition(p)]) for i, p in enumerate(plans)]
     plain = []
     for p, c in zip(plans, rows):
-        pred = plain_fits[calibration_partition(p)].predict(replace(p, table=runs[p.table.name][0].table), costs, cluster, dispatch)
+        pred = plain_fits[calibration_partition(p)].predict(replace(p, table=runs[p.table.name][0].table), costs,
+                                                            cluster, dispatch)
         plain.append(abs(pred - c.measured_iteration_s) / c.measured_iteration_s)
     print(f"  load average (1, 5, 15 min) at start {tuple(round(x, 2) for x in load_start)}, "
           f"at end {tuple(round(x, 2) for x in load_end)}; {elapsed:.0f} s of launches")
@@ -256,7 +274,6 @@ def real(model_name: str, n: int, m: int, dispatch: str, iterations: int, fresh:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from octopipe.run import write_json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-emulated", action="store_true")
@@ -288,14 +305,18 @@ def main(argv: list[str] | None = None) -> dict:
     groups = []
     if not args.skip_emulated:
         cluster = "h100_1x8" if args.emulated_ranks <= 8 else "h100_4x8"
-        groups.append(emulated("nemotron_h_8b", cluster, args.emulated_ranks, 16, args.dispatch, args.iterations))
+        groups.append(emulated("nemotron_h_8b", cluster, args.emulated_ranks, 16,
+                               RuntimeConfig(compute="emulated", dispatch=args.dispatch,
+                                             iterations=args.iterations, warmup=1)))
     if not args.skip_real:
+        setting = RealSetting(args.model, args.microbatches,
+                              RuntimeConfig(dispatch=args.dispatch, iterations=args.iterations, warmup=args.warmup),
+                              args.rounds, args.micro_batch_size, not args.no_pin, not args.cached_profile,
+                              tuple(args.schedules))
         for n in args.ranks:
             print(f"\nreal compute, {n} ranks:", flush=True)
             quiet = wait_for_quiet(args.quiet_load, args.quiet_wait)
-            groups.append(real(args.model, n, args.microbatches, args.dispatch, args.iterations,
-                               not args.cached_profile, args.rounds, args.warmup, args.micro_batch_size,
-                               not args.no_pin, tuple(args.schedules), quiet))
+            groups.append(real(setting, n, quiet))
     doc = {"cores": os.cpu_count(), "load_average": os.getloadavg(), "argv": sys.argv[1:] if argv is None else argv,
            "groups": groups}
     real_groups = [g for g in groups if g["setting"].startswith("real")]

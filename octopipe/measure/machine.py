@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 
 from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.errors import RuntimeExecutionError
+from octopipe.runtime.launch import process_context, free_port
 
 SIZES = (1, 1 << 18)         # float32 elements: a latency probe and a 1 MiB probe
 
@@ -44,10 +46,8 @@ def measure_loopback(repeats: int = 20, cache: Path | None = None) -> Link:
     if cache is not None and cache.exists():
         d = json.loads(cache.read_text())
         return Link(d["name"], d["bandwidth"], d["latency"])
-    from octopipe.errors import RuntimeExecutionError
-    from octopipe.runtime.launch import _context, free_port
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"octopipe-pingpong-{os.getpid()}.json"
-    ctx, port = _context(), free_port()
+    ctx, port = process_context(), free_port()
     procs = [ctx.Process(target=_pingpong, args=(r, port, repeats, str(tmp))) for r in range(2)]
     for p in procs:
         p.start()

@@ -4,43 +4,20 @@ than there are cores, every running action slows down.
 Model (processor sharing): an action during which `k` ranks of its core group compute on average
 (itself included), on a group of `cores` cores with `background` cores' worth of other load, lasts
 `base * max(1, (k + background) / cores)`. Unpinned ranks form one group over all the machine's
-cores. Pinned ranks (`pin_map`: rank r on core r mod cores) form one group per core, of one core:
-4 ranks on 2 cores then share pairwise, ranks 0 and 2 on one core and 1 and 3 on the other, and
-an idle rank gives its core to its partner only. The simulator times actions with fixed
+cores. Pinned ranks (`octopipe.runtime.pinning.pin_map`: rank r on core r mod cores) form one
+group per core, of one core: 4 ranks on 2 cores then share pairwise, ranks 0 and 2 on one core
+and 1 and 3 on the other, and an idle rank gives its core to its partner only. The simulator times actions with fixed
 durations, so `makespan` finds the fixed point from outside: simulate, measure each action's
 concurrency in its group in the simulated timeline, stretch its duration, simulate again
 (damped, a few rounds).
 """
 from __future__ import annotations
 
-import os
-import sys
 from typing import Sequence
 
 import numpy as np
 
-
-def available_cores() -> int:
-    """Cores this process may run on."""
-    return len(core_ids())
-
-
-def core_ids() -> list[int]:
-    """The ids of the cores this process may run on, ascending."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:      # not on Linux
-        return list(range(os.cpu_count() or 1))
-
-
-def can_pin() -> bool:
-    """Whether this platform can pin a process to cores (Linux's os.sched_setaffinity)."""
-    return sys.platform.startswith("linux") and hasattr(os, "sched_setaffinity")
-
-
-def pin_map(n_ranks: int, cores: Sequence[int]) -> tuple[int, ...]:
-    """The core of each rank when `n_ranks` ranks are pinned round-robin onto `cores`."""
-    return tuple(cores[r % len(cores)] for r in range(n_ranks))
+from octopipe.sim import Simulator
 
 
 def concurrency(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
@@ -83,7 +60,6 @@ def makespan(plan, costs, cluster, dispatch: str, cores: float, background: floa
              rounds: int = 8, pinned: Sequence[int] | None = None) -> float:
     """The simulated iteration time of `plan` when ranks share `cores` (see the module docstring);
     with `pinned` (each rank's core), ranks share only the core they are pinned to."""
-    from octopipe.sim import Simulator
     sim = Simulator(plan, costs, cluster)
     base = sim.durations.compute
     dur = base.copy()

@@ -8,9 +8,11 @@ from octopipe.cluster import Link
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Plan, uniform_partition
-from octopipe.runtime.calibrate import local_cluster
-from octopipe.runtime.cores import concurrency, fit_background, makespan, pin_map, stretch
-from octopipe.runtime.insitu import calibration_table, fit, fit_run, stage_times
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.measure.insitu import calibration_table, fit, fit_run, stage_times
+from octopipe.measure.machine import local_cluster
+from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
+from octopipe.runtime.job import Job
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.validate import validate
@@ -147,11 +149,6 @@ def test_calibration_table_with_chunks_covers_every_stage_of_a_looped_partition(
         assert kinds == {ActionKind.F, ActionKind.B, ActionKind.I, ActionKind.W}
 
 
-def test_pin_map_is_round_robin_over_the_given_cores():
-    assert pin_map(4, [3, 5]) == (3, 5, 3, 5)
-    assert pin_map(2, [0, 1, 2]) == (0, 1)
-
-
 def test_concurrency_counts_only_intervals_of_the_same_group():
     start, end = np.array([0.0, 0.0, 0.0]), np.array([1.0, 1.0, 1.0])
     assert np.allclose(concurrency(start, end, np.array([0, 1, 0])), [2.0, 1.0, 2.0])
@@ -200,15 +197,17 @@ def test_calibration_table_splits_the_backward_of_the_chosen_parity():
 def test_calibrate_on_an_uneven_partition_times_those_very_stages():
     """A tuned plan's uneven stages (2 per rank here) are calibrated as they are: every stage of
     that partition shows F, I, W and B, and the name carries the stage sizes."""
-    from octopipe.runtime.insitu import calibrate, calibration_name
+    from octopipe.measure.insitu import calibrate, calibration_name
     from tests.runtime import tiny
     model = tiny.dense(2)                                   # 6 layers
     part = ((0, 1), (1, 4), (4, 5), (5, 6))
     profile = CostTable.uniform(model.n_layers, f=1e-3, i=1e-3, w=1e-3)
-    cal, results = calibrate(model, profile, 2, 4, iterations=1, warmup=0, partition=part, timeout_s=120)
+    plan = Plan(part, build_schedule("zbv", 2, 4))          # the plan it predicts: 2 ranks, 4 micro-batches
+    job = Job(plan, model, RuntimeConfig(dispatch="strict", iterations=1, warmup=0, timeout_s=120), costs=profile)
+    cal, results = calibrate(job, part)
     assert cal.partition == part and cal.name == calibration_name("calibration-interleaved-x2", part)
     assert cal.name.endswith("@1+3+1+1")
     assert all(set(cal.observed[s]) == {"F", "I", "W", "B"} for s in range(1, 4))
     assert results[0].table.n_stages == 4
     with pytest.raises(ValueError, match="same stages on each of the 2 ranks"):
-        calibrate(model, profile, 2, 4, partition=((0, 2), (2, 4), (4, 6)))
+        calibrate(job, ((0, 2), (2, 4), (4, 6)))

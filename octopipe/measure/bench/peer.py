@@ -8,7 +8,7 @@ median over the measured iterations, after a warm-up iteration (torch infers sha
 step). Every round launches all of them once, in a rotated order, so that a busy machine slows each
 alike; `paired_speedup` is the median over rounds of each round's ratio.
 
-    python -m octopipe.runtime.bench.peer [--ranks 2 4] [--microbatches 8] [--model tiny_hybrid]
+    python -m octopipe.measure.bench.peer [--ranks 2 4] [--microbatches 8] [--model tiny_hybrid]
 """
 from __future__ import annotations
 
@@ -17,19 +17,31 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.pipelining as pp
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torch import nn
 
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.cost.profiled import profiled_costs
+from octopipe.io import CONF_DIR, write_json
+from octopipe.layers.batch import microbatch
+from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.model.build import build_model
 from octopipe.model.spec import ModelSpec
-from octopipe.plan import uniform_partition
-from octopipe.runtime.launch import _context, execute, free_port
-from octopipe.runtime.stage import StageModule, microbatch
+from octopipe.plan import Plan, uniform_partition
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import execute, free_port, process_context
+from octopipe.runtime.stage import StageModule
+from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
+from octopipe.tune.tuner import tune
 
 PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
          ("zbv", "ScheduleZBVZeroBubble"))
@@ -57,28 +69,34 @@ def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: str, m: int,
-                iterations: int, out: str, keep_heap: bool = False) -> None:
-    import torch.distributed.pipelining as pp
-    if keep_heap:
-        from octopipe.runtime.worker import keep_heap as keep
-        keep()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def torch_job(model: ModelSpec, schedule: str, world: int, m: int, iterations: int) -> Job:
+    """The Job of torch's `schedule` (a class of torch.distributed.pipelining, one of PAIRS) on
+    `world` ranks: our table of the same schedule, whose placement says where each stage lives,
+    the even partition, `iterations` iterations of `m` micro-batches."""
     table = build_schedule({theirs: ours for ours, theirs in PAIRS}[schedule], world, m)
-    part = uniform_partition(model.n_layers, table.n_stages)
-    stages = [pp.PipelineStage(PeerStage(model, *part[s], seed=0), s, table.n_stages, torch.device("cpu"))
+    plan = Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name)
+    return Job(plan, model, RuntimeConfig(iterations=iterations, warmup=0, timeout_s=600))
+
+
+def _torch_rank(rank: int, job: Job, schedule: str, port: int, out: str, heap: bool = False) -> None:
+    if heap:
+        keep_heap()
+    torch.set_num_threads(1)
+    world, m, table = job.plan.table.n_devices, job.plan.table.n_microbatches, job.plan.table
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model, part = job.model, job.plan.partition
+    stages = [pp.PipelineStage(PeerStage(model, *part[s], seed=job.seed), s, table.n_stages, torch.device("cpu"))
               for s in table.stages_of(rank)]
     cls = getattr(pp, schedule)
     sched = cls(stages if len(stages) > 1 else stages[0], n_microbatches=m, loss_fn=_loss)
-    mbs = [microbatch(model, 0, 0, j) for j in range(m)]
+    mbs = [microbatch(model, job.seed, 0, j) for j in range(m)]
     ids = torch.cat([b["ids"] for b in mbs])
     target = torch.cat([b["targets"] for b in mbs])
     held = set(table.stages_of(rank))
     args = (ids,) if 0 in held else ()                  # inputs only where stage 0 lives,
     kwargs = {"target": target} if table.n_stages - 1 in held else {}   # targets where the loss is
     marks = []
-    for _ in range(iterations):
+    for _ in range(job.total_iterations):
         for st in stages:
             st.submod.zero_grad(set_to_none=True)
         dist.barrier()
@@ -90,15 +108,14 @@ def _torch_rank(rank: int, world: int, port: int, model: ModelSpec, schedule: st
     dist.destroy_process_group()
 
 
-def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: int,
-              keep_heap: bool = False) -> list[float]:
-    """Per-iteration wall seconds of torch's `schedule` on `world` gloo ranks."""
-    ctx = _context()
+def run_torch(job: Job, schedule: str, heap: bool = False) -> list[float]:
+    """Per-iteration wall seconds of torch's `schedule` running `job` (see `torch_job`) on gloo
+    ranks; `heap`: with the heap setting our ranks use (`worker.keep_heap`)."""
+    world, iterations = job.plan.table.n_devices, job.total_iterations
+    ctx = process_context()
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        procs = [ctx.Process(target=_torch_rank,
-                             args=(r, world, port, model, schedule, m, iterations, tmp, keep_heap))
-                 for r in range(world)]
+        procs = [ctx.Process(target=_torch_rank, args=(r, job, schedule, port, tmp, heap)) for r in range(world)]
         for p in procs:
             p.start()
         for p in procs:
@@ -110,18 +127,13 @@ def run_torch(model: ModelSpec, schedule: str, world: int, m: int, iterations: i
     return [max(mk[it][1] for mk in marks) - min(mk[it][0] for mk in marks) for it in range(iterations)]
 
 
-def run_ours(model: ModelSpec, table, partition, iterations: int, dispatch: str) -> list[float]:
-    return execute(model, partition, table, dispatch=dispatch, iterations=iterations, timeout_s=600).wall_s
+def run_ours(job: Job) -> list[float]:
+    """Per-iteration wall seconds of our executor running `job`."""
+    return execute(job).wall_s
 
 
-def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float):
+def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float) -> Plan:
     """The tuner's plan for this machine: profiled costs, measured loopback link."""
-    from omegaconf import OmegaConf
-
-    from octopipe.cost.profiled import profiled_costs
-    from octopipe.run import CONF_DIR
-    from octopipe.runtime.calibrate import local_cluster, measure_loopback
-    from octopipe.tune.tuner import tune
     link = measure_loopback(cache=Path("runs/cache/loopback_link.json"))
     cluster = local_cluster(world, link)
     cost_cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), {"device": "cpu"})
@@ -134,27 +146,27 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs))
 
 
-def compare_at(model: ModelSpec, world: int, m: int, its: int, rounds: int, dispatch: str,
+def compare_at(model: ModelSpec, world: int, m: int, config: RuntimeConfig, rounds: int,
                tune_budget_s: float, torch_keep_heap: bool = False) -> list[dict]:
     """Every round launches each of our schedules, each of torch's and the tuned plan once, in an
     order rotated from round to round, so load that drifts during the run falls on all of them;
-    each figure is the median of its measured iterations (the first of a launch is discarded), and
-    `paired` the median over rounds of the per-round ratio torch / ours."""
-    runs: dict[str, tuple] = {}
+    each launch runs `config.iterations` iterations, each figure is the median of its measured ones
+    (the first of a launch is discarded), and `paired` the median over rounds of the per-round
+    ratio torch / ours."""
+    runs: dict[str, tuple[str, Job]] = {}
     for ours_name, torch_name in PAIRS:
-        table = build_schedule(ours_name, world, m)
-        runs[ours_name] = ("ours", table, uniform_partition(model.n_layers, table.n_stages))
-        runs[torch_name] = ("torch", torch_name, None)
+        theirs = torch_job(model, torch_name, world, m, config.iterations)
+        runs[ours_name] = ("ours", replace(theirs, config=config))
+        runs[torch_name] = (torch_name, theirs)
     plan = tuned_plan(model, world, m, tune_budget_s) if tune_budget_s > 0 else None
     if plan is not None:
-        runs["tuned"] = ("ours", plan.table, plan.partition)
+        runs["tuned"] = ("ours", Job(plan, model, config))
     names = list(runs)
     times: dict[str, list[list[float]]] = {k: [] for k in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            side, what, part = runs[name]
-            got = run_ours(model, what, part, its, dispatch) if side == "ours" else \
-                run_torch(model, what, world, m, its, torch_keep_heap)
+            side, job = runs[name]
+            got = run_ours(job) if side == "ours" else run_torch(job, side, torch_keep_heap)
             times[name].append(got[1:])
     med = {k: _median([x for rnd in v for x in rnd]) for k, v in times.items()}
     paired = lambda a, b: _median([_median(tb) / _median(ta) for ta, tb in zip(times[a], times[b])])
@@ -179,10 +191,6 @@ def compare_at(model: ModelSpec, world: int, m: int, its: int, rounds: int, disp
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from omegaconf import OmegaConf
-
-    from octopipe.model.build import build_model
-    from octopipe.run import CONF_DIR, write_json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--microbatches", type=int, default=8)
@@ -197,10 +205,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="runs/bench")
     args = ap.parse_args(argv)
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
-    its = args.iterations + 1
+    config = RuntimeConfig(dispatch=args.dispatch, iterations=args.iterations + 1, warmup=0, timeout_s=600)
     rows = []
     for world in args.ranks:
-        rows += compare_at(model, world, args.microbatches, its, args.rounds, args.dispatch, args.tune_budget_s,
+        rows += compare_at(model, world, args.microbatches, config, args.rounds, args.tune_budget_s,
                            args.torch_keep_heap)
     doc = {"model": model.name, "microbatches": args.microbatches, "dispatch": args.dispatch,
            "backend": "gloo", "cores": os.cpu_count(), "torch_keep_heap": args.torch_keep_heap, "rows": rows}

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from octopipe.model.layer import LayerSpec
-from octopipe.runtime.layers.attention import Attention
-from octopipe.runtime.layers.mlp import FeedForward
+from octopipe.layers.attention import Attention
+from octopipe.layers.mlp import FeedForward
 
 
 class Embedding(nn.Module):

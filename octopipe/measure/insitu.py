@@ -13,7 +13,7 @@ stage sums from the same layers. `Calibration.costs_for(table)` gives the simula
 the actions that table uses: a table that runs B gets I + W = the calibrated B. The first stage
 has no input gradient, so the runtime's I there does nothing and its W does the whole backward;
 the fit reads that stage's I + W as its split backward and `costs_for` moves the first stage's
-I into its W.
+I into its W. Shared cores are modelled in `sharing.py`.
 
 The calibration run is never one of the runs being predicted. Schedules of `c` stages per rank
 (interleaved, ZB-V) and plans with uneven stages (a tuned plan) are predicted from a calibration of
@@ -28,8 +28,15 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
+from octopipe.plan import Plan, uniform_partition
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.schedule.action import Action, ActionKind
+from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim import simulate
 
 KINDS = ("F", "I", "W", "B")
 
@@ -41,8 +48,6 @@ def calibration_table(n: int, m: int, base: str = "1f1b", chunks: int = 1, split
     every stage runs all four kinds, in the steady state other schedules run in. Launches that
     alternate `split` put B and I+W at every position of the row alike (the first backward of an
     iteration runs slower on a CPU)."""
-    from octopipe.errors import ConfigError
-    from octopipe.schedule.library import build_schedule
     if m < 2:
         raise ConfigError(f"microbatches={m}: the calibration run needs at least 2 micro-batches "
                           "(one full backward and one split backward per stage)")
@@ -72,7 +77,6 @@ def calibration_partition(plan) -> tuple[tuple[int, int], ...]:
     ranks are alike, so it times the very stages the plan runs, whatever their sizes); otherwise
     the even split into one stage per rank, whose per-layer fit (the profile's shape within each
     calibrated stage) prices the plan's stages."""
-    from octopipe.plan import uniform_partition
     n, stages = plan.table.n_devices, plan.table.n_stages
     partition = tuple((int(lo), int(hi)) for lo, hi in plan.partition)
     if stages % n == 0:
@@ -82,7 +86,6 @@ def calibration_partition(plan) -> tuple[tuple[int, int], ...]:
 
 def calibration_name(table_name: str, partition: Sequence[tuple[int, int]]) -> str:
     """The calibration table's name, with the stage sizes when the split is not even."""
-    from octopipe.plan import uniform_partition
     partition = tuple((int(lo), int(hi)) for lo, hi in partition)
     if partition == uniform_partition(partition[-1][1], len(partition)):
         return table_name
@@ -139,12 +142,10 @@ def stage_times(events: Sequence[Sequence[dict]], n_stages: int, iterations: Ite
 
 
 def _concurrency(start, end, rank, pinned: Sequence[int] | None) -> np.ndarray:
-    from octopipe.runtime.cores import concurrency
     return concurrency(start, end, None if pinned is None else np.asarray(pinned)[rank])
 
 
 def _stretch(start, end, rank, cores: float, background: float, pinned: Sequence[int] | None) -> np.ndarray:
-    from octopipe.runtime.cores import stretch
     return stretch(_concurrency(start, end, rank, pinned), 1.0 if pinned else cores, background)
 
 
@@ -166,15 +167,13 @@ class Calibration:
     b: np.ndarray
     observed: dict[int, dict[str, float]] = field(default_factory=dict)
     partition: tuple[tuple[int, int], ...] = ()
-    cores: float | None = None     # None: the times as observed; else per-core times (`cores.py`)
+    cores: float | None = None     # None: the times as observed; else per-core times (`sharing.py`)
     background: float = 0.0
     pinned: tuple[int, ...] | None = None   # each rank's core when ranks are pinned
     name: str = ""                  # the calibration table that was run (`calibrate` sets it)
 
     def predict(self, plan, base: CostTable, cluster, dispatch: str) -> float:
         """Simulated iteration time of `plan` from these costs (and, with `cores`, shared cores)."""
-        from octopipe.runtime.cores import makespan
-        from octopipe.sim import simulate
         costs = self.costs_for(plan.table, base, plan.partition)
         if self.cores is None:
             return float(simulate(plan, costs, cluster, policy=dispatch, semantics="eager").makespan)
@@ -248,7 +247,6 @@ def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int
     """`fit` from calibration traces; with `cores`, the background load is fitted first from how
     the durations of each stage's actions vary with how many ranks computed beside them (with
     `pinned`, each rank's core: beside them on their core)."""
-    from octopipe.runtime.cores import fit_background
     its = list(iterations)
     background = 0.0
     if cores is not None:
@@ -261,25 +259,21 @@ def fit_run(events: Sequence[Sequence[dict]], partition: Sequence[tuple[int, int
     return fit(observed, partition, base, cores=cores, background=background, pinned=pinned)
 
 
-def calibrate(model, base: CostTable, n: int, m: int, *, dispatch: str = "strict", rounds: int = 1,
-              iterations: int = 2, warmup: int = 1, seed: int = 0, cores: float | None = None,
-              pinned: Sequence[int] | None = None, timeout_s: float = 300,
-              stall_s: float = 30, chunks: int = 1, backend: str = "gloo", transport: str = "auto",
-              device: str = "auto", partition: Sequence[tuple[int, int]] | None = None) -> tuple[Calibration, list]:
-    """Run `calibration_tables(n, m, partition)` (default: the even split into `chunks` stages per
-    rank) on `n` real ranks: `rounds` separate launches of `warmup` + `iterations` iterations, the
-    split backward on odd micro-batches in even rounds and on even ones in odd rounds. Fit
-    per-layer costs (`fit_run`) from the pooled measured iterations; `pinned[rank]` pins each rank
-    to that core. Returns the calibration (named for its table) and each launch's ExecutionResult."""
-    from octopipe.plan import uniform_partition
-    from octopipe.runtime.launch import execute
-    partition = tuple(partition) if partition is not None else uniform_partition(model.n_layers, n * chunks)
+def calibrate(job: Job, partition: Sequence[tuple[int, int]] | None = None, *, rounds: int = 1,
+              cores: float | None = None) -> tuple[Calibration, list[ExecutionResult]]:
+    """Calibrate the costs that predict `job.plan` on its ranks and micro-batches: run
+    `calibration_tables(n, m, partition)` (default: `calibration_partition(job.plan)`) with real
+    compute, `rounds` separate launches of `job`'s warm-up + measured iterations, the split
+    backward on odd micro-batches in even rounds and on even ones in odd rounds, with the job's
+    ranks, links, dispatch and pinned cores (and no optimizer step). Fit per-layer costs
+    (`fit_run`, from `job.costs`' profile, with `cores` shared when given) from the pooled
+    measured iterations. Returns the calibration (named for its table) and each launch's result."""
+    n, m = job.plan.table.n_devices, job.plan.table.n_microbatches
+    partition = tuple(partition) if partition is not None else calibration_partition(job.plan)
     tables = calibration_tables(n, m, partition)
-    results = [execute(model, partition, tables[r % 2], dispatch=dispatch, compute="real",
-                       iterations=warmup + iterations, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
-                       cpus=None if pinned is None else tuple(pinned), backend=backend, transport=transport,
-                       device=device)
+    config = replace(job.config, compute="real", lr=0.0)
+    results = [execute(replace(job, plan=Plan(partition, tables[r % 2]), config=config, fault=None))
                for r in range(rounds)]
     events = [ev for r in results for ev in r.events]
-    cal = fit_run(events, partition, base, range(warmup, warmup + iterations), cores, pinned)
+    cal = fit_run(events, partition, job.costs, job.measured, cores, job.pinned)
     return replace(cal, name=tables[0].name), results

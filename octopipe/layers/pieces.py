@@ -31,7 +31,7 @@ from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.shard import is_first, is_last, shard_span
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.layers.mlp import FeedForward, top_k_route
+from octopipe.layers.mlp import FeedForward, top_k_route
 
 
 class _Piece(nn.Module):
