@@ -4,7 +4,7 @@ The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatc
 evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
 tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
 
-A plan whose meta says `shards` (the tuner's split layers: original layer index -> pieces) runs
+A plan with `shards` (the tuner's split layers: original layer index -> pieces) runs
 the model with those layers split (`octopipe.model.shard`, `plan_model`): its partition indexes
 the pieces; the stages, the reference gradients, the profiled costs and the calibration are those
 of the split model, which starts from the unsplit model's weights (so its loss is the same).
@@ -251,7 +251,7 @@ def run(cfg, out_dir: Path) -> dict:
         run_model = plan_model(model, plan)
         if run_model not in model_costs:
             if run_model is not model:
-                console.print(f"plan {plan.table.name}: layers split as meta shards={plan.meta['shards']} "
+                console.print(f"plan {plan.table.name}: layers split as shards={plan.shards} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = costs if run_model is model else \
                 _cost_table(cfg, run_model, compute, sim_cluster)
@@ -301,7 +301,7 @@ def run(cfg, out_dir: Path) -> dict:
                                                      for name, d in per.items()))
     first = rows[0]
     calibration = calibrations[keys[0]]
-    shards = plans[0].meta.get("shards")
+    shards = plans[0].shards
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     return {"model": model.name, "compute": compute, "dispatch": dispatch, **links,
             "split_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,

@@ -60,9 +60,8 @@ def plan_file_shards(cfg: Any) -> dict[int, int]:
     path = OmegaConf.select(cfg, "schedule.file", default=None)
     if not path or Path(str(path)).suffix.lower() != ".json":
         return {}
-    from octopipe.plan import plan_shards
     from octopipe.schedule.plan_io import load_plan
-    return plan_shards(load_plan(Path(str(path))))
+    return dict(load_plan(Path(str(path))).shards)
 
 
 def schedule_from_cfg(cfg: Any, n_layers: int) -> tuple[ScheduleTable, tuple[tuple[int, int], ...]]:
