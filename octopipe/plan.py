@@ -160,6 +160,11 @@ def uniform_partition(n_layers: int, n_stages: int) -> Partition:
     return Partition.uniform(n_layers, n_stages)
 
 
+def partition_from_sizes(sizes: Sequence[int]) -> Partition:
+    """`Partition(sizes)`."""
+    return Partition(tuple(sizes))
+
+
 def _shards_of(value: Mapping | None) -> dict[int, int]:
     if not value:
         return {}

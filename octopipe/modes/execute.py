@@ -119,16 +119,17 @@ def _plans(cfg: Any, model, costs, cluster, compute: str) -> list[Plan]:
             plan = res.plan
             plans.append(Plan(plan.partition, plan.table.__class__(
                 plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
-                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta))
+                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta,
+                plan.shards))
             continue
         path = OmegaConf.select(sub, "schedule.file", default=None)
-        if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
+        if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta and shards
             from octopipe.plan import plan_model
             from octopipe.schedule.plan_io import load_plan
             plan = load_plan(Path(str(path)))
             plan_model(model, plan)
             plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
-                              {**plan.meta, "source": f"schedule.file={path}"}))
+                              {**plan.meta, "source": f"schedule.file={path}"}, plan.shards))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))

@@ -144,13 +144,13 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     cfg = TunerConfig.from_cfg(tuner_cfg)
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
     st = TuneState(cfg, Budgets.of(cfg), whole, model, t0)
-    st.baselines = run_baselines(whole, model) if baselines else []
-    st.problem, st.counts, st.split_meta = layers_to_search(st, splitter)
-    st.starts, st.ilp = starting_points(st, starts, solver_cfg)
-    st.search_budget_s = st.budgets.search_s(st.elapsed())
+    st.baselines = run_baselines(whole, model) if baselines else []      # 1. baselines: a fixed list
+    st.problem, st.counts, st.split_meta = layers_to_search(st, splitter)  # 2. starting points:
+    st.starts, st.ilp = starting_points(st, starts, solver_cfg)          #    the ILP within ilp_s
+    st.search_budget_s = st.budgets.search_s(st.elapsed())               # 3. search: what is left
     st.outcome = run_search(st, seed, progress)
-    st.finals, st.history = finalists(st)
-    st.chosen = checks(st)
+    st.finals, st.history = finalists(st)                  # 4. finalists: until total_s, polish_s
+    st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
 
