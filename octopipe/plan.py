@@ -181,7 +181,7 @@ class Plan:
     pieces} of the layers split before partitioning ({} for whole layers), so the partition
     indexes the split model's layers. `meta` is provenance only (origin, policy, costs)."""
 
-    partition: Partition
+    partition: Partition             # a sequence of (lo, hi) ranges becomes one
     table: ScheduleTable
     model: str = ""
     cluster: str = ""

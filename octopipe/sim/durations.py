@@ -1,6 +1,7 @@
 """Seconds and bytes for a compiled program: what a partition, a CostTable and a Cluster imply.
 
-Compute: the sum of the stage's layers on the device's kind (B = I + W). Transfers:
+Compute: the sum of the stage's layers on the device's kind (B = I + W), read from
+`octopipe.cost.stage_costs.StageCosts`. Transfers:
 `latency + bytes / bandwidth` on `cluster.link(src, dst)`; a forward transfer out of stage s
 carries the output of its last layer, a backward one the gradient of stage s's input (the same
 size as the output of stage s-1). Memory: F allocates the stage's activation bytes; I frees all
