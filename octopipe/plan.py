@@ -1,37 +1,204 @@
-"""Plan: partition (stage → layer range), placement and schedule table, as one value."""
+"""Partition (consecutive stages of layers) and Plan (partition, placement, table, shards).
+
+A `Partition` is one thing with three views: `sizes` (layers per stage), `bounds` (the S + 1
+layer indices where stages start, ending with the layer count) and `ranges` (`(lo, hi)` per
+stage, also what iterating it yields). The tuner's candidates, the solvers' results and plans
+all hold one; `min_max_partition` is the one min-max linear-partition DP.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from functools import cached_property
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from octopipe.errors import ConfigError, ScheduleError
+from octopipe.model.shard import shard_model
+from octopipe.model.spec import ModelSpec
 from octopipe.schedule.table import ScheduleTable
 
-if TYPE_CHECKING:
-    from octopipe.model.spec import ModelSpec
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """Stage s holds layers `ranges[s] = (bounds[s], bounds[s+1])`; every stage is non-empty.
+
+    Reads as the sequence of its ranges (`len`, indexing, iteration) and equals a Partition
+    with the same sizes or a sequence of the same `(lo, hi)` ranges.
+    """
+
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        sizes = tuple(int(n) for n in self.sizes)
+        if not sizes or min(sizes) < 1:
+            raise ScheduleError(f"partition sizes {sizes}: every stage needs at least one layer")
+        object.__setattr__(self, "sizes", sizes)
+
+    @classmethod
+    def of(cls, value: "Partition | Sequence[Sequence[int]]") -> "Partition":
+        """`value` itself, or the partition of a sequence of `(lo, hi)` ranges."""
+        return value if isinstance(value, Partition) else cls.from_ranges(value)
+
+    @classmethod
+    def from_ranges(cls, ranges: Sequence[Sequence[int]]) -> "Partition":
+        """From `((lo, hi), ...)`, contiguous from layer 0."""
+        sizes, prev = [], 0
+        for s, (lo, hi) in enumerate(ranges):
+            lo, hi = int(lo), int(hi)
+            if lo != prev or hi <= lo:
+                raise ScheduleError(f"partition stage {s} = layers [{lo}, {hi}) is not contiguous "
+                                    f"after layer {prev} or is empty")
+            sizes.append(hi - lo)
+            prev = hi
+        return cls(tuple(sizes))
+
+    @classmethod
+    def from_cuts(cls, cuts: Sequence[int], n_layers: int) -> "Partition":
+        """From the stage ends (exclusive) of all but the last stage."""
+        edges = [0, *(int(b) for b in cuts), int(n_layers)]
+        return cls(tuple(b - a for a, b in zip(edges[:-1], edges[1:])))
+
+    @classmethod
+    def uniform(cls, n_layers: int, n_stages: int) -> "Partition":
+        """Layers as evenly as counts allow, the extra ones first (Megatron-style)."""
+        if n_stages > n_layers:
+            raise ScheduleError(f"{n_stages} stages need at least {n_stages} layers; the model has {n_layers}")
+        base, extra = divmod(n_layers, n_stages)
+        return cls(tuple(base + (1 if s < extra else 0) for s in range(n_stages)))
+
+    @classmethod
+    def balanced(cls, weights: Sequence[float], n_stages: int) -> "Partition":
+        """Minimizes the largest stage sum of `weights` (`min_max_partition`, latest cut on ties)."""
+        w = np.asarray(weights, dtype=np.float64)
+        L = len(w)
+        if not 1 <= n_stages <= L:
+            raise ConfigError(f"cannot split {L} layers into {n_stages} non-empty stages; "
+                              "choose fewer stages (pp × chunks ≤ layers)")
+        ps = np.concatenate([[0.0], np.cumsum(w)])
+        lo, hi = np.arange(L + 1)[:, None], np.arange(L + 1)[None, :]
+        span = np.where(hi > lo, ps[hi] - ps[lo], np.inf)
+        out = min_max_partition(lambda s: span, n_stages, L, latest_ties=True)
+        assert out is not None          # every stage sum is finite
+        return out
+
+    @cached_property
+    def bounds(self) -> np.ndarray:
+        """[S + 1] int64: 0, the first layer of stages 1.., the layer count (read-only)."""
+        b = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        b.setflags(write=False)
+        return b
+
+    @cached_property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        b = self.bounds.tolist()
+        return tuple(zip(b[:-1], b[1:]))
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.bounds[-1])
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self.ranges)
+
+    def __getitem__(self, s):
+        return self.ranges[s]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Partition):
+            return self.sizes == other.sizes
+        if isinstance(other, (tuple, list)):
+            try:
+                return self.ranges == tuple((int(lo), int(hi)) for lo, hi in other)
+            except (TypeError, ValueError):
+                return False
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.ranges)
+
+    def __repr__(self) -> str:
+        return f"Partition(sizes={self.sizes})"
+
+
+def min_max_partition(stage_cost: Callable[[int], np.ndarray], n_stages: int, n_layers: int,
+                      latest_ties: bool) -> Partition | None:
+    """The consecutive partition minimizing the largest stage cost (exact DP, O(S · L²)).
+
+    `stage_cost(s)[lo, hi]` is stage s's cost holding layers [lo, hi) ([L+1, L+1], inf where
+    not allowed, e.g. empty). `best[s][j]`, the smallest bottleneck of stages 0..s over layers
+    [0, j), takes the inner minimum vectorized; ties take the latest split point when
+    `latest_ties`, else the earliest. None when no partition has a finite cost.
+    """
+    L = n_layers
+    best = stage_cost(0)[0]
+    cols = np.arange(L + 1)
+    args = []
+    for s in range(1, n_stages):
+        cand = np.maximum(best[:, None], stage_cost(s))      # [lo, hi]
+        idx = L - np.argmin(cand[::-1], axis=0) if latest_ties else np.argmin(cand, axis=0)
+        best = cand[idx, cols]
+        args.append(idx)
+    if not np.isfinite(best[L]):
+        return None
+    cuts, j = [], L
+    for idx in reversed(args):
+        j = int(idx[j])
+        cuts.append(j)
+    return Partition.from_cuts(cuts[::-1], L)
+
+
+def uniform_partition(n_layers: int, n_stages: int) -> Partition:
+    """`Partition.uniform`."""
+    return Partition.uniform(n_layers, n_stages)
+
+
+def partition_from_sizes(sizes: Sequence[int]) -> Partition:
+    """`Partition(sizes)`."""
+    return Partition(tuple(sizes))
+
+
+def _shards_of(value: Mapping | None) -> dict[int, int]:
+    if not value:
+        return {}
+    try:
+        return {int(k): int(v) for k, v in sorted(dict(value).items(), key=lambda kv: int(kv[0]))}
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"plan shards={value!r}: expected a mapping of original layer index to "
+                          "pieces, e.g. {\"11\": 3}") from e
 
 
 @dataclass(frozen=True)
 class Plan:
-    """`partition[s] = (lo, hi)`: stage s holds layers lo..hi-1; the table carries placement."""
+    """Partition, table (which carries the placement) and `shards`: {original layer index:
+    pieces} of the layers split before partitioning ({} for whole layers), so the partition
+    indexes the split model's layers. `meta` is provenance only (origin, policy, costs)."""
 
-    partition: tuple[tuple[int, int], ...]
+    partition: Partition             # a sequence of (lo, hi) ranges becomes one
     table: ScheduleTable
     model: str = ""
     cluster: str = ""
     meta: dict = field(default_factory=dict, compare=False)
+    shards: Mapping[int, int] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "partition", tuple((int(a), int(b)) for a, b in self.partition))
+        object.__setattr__(self, "partition", Partition.of(self.partition))
+        legacy = None
+        if self.meta and "shards" in self.meta:     # plans (and files) from before `Plan.shards`
+            meta = dict(self.meta)
+            legacy = meta.pop("shards")
+            object.__setattr__(self, "meta", meta)
+        object.__setattr__(self, "shards", _shards_of(self.shards or legacy))
         if len(self.partition) != self.table.n_stages:
             raise ScheduleError(f"partition has {len(self.partition)} stages but the table places "
                                 f"{self.table.n_stages}")
-        prev = 0
-        for s, (lo, hi) in enumerate(self.partition):
-            if lo != prev or hi <= lo:
-                raise ScheduleError(f"partition stage {s} = layers [{lo}, {hi}) is not contiguous "
-                                    f"after layer {prev} or is empty")
-            prev = hi
 
     @property
     def placement(self) -> tuple[int, ...]:
@@ -39,50 +206,15 @@ class Plan:
 
     @property
     def n_layers(self) -> int:
-        return self.partition[-1][1]
+        return self.partition.n_layers
 
 
-def uniform_partition(n_layers: int, n_stages: int) -> tuple[tuple[int, int], ...]:
-    """Split layers as evenly as counts allow (Megatron-style uniform layers per stage)."""
-    if n_stages > n_layers:
-        raise ScheduleError(f"{n_stages} stages need at least {n_stages} layers; the model has {n_layers}")
-    base, extra = divmod(n_layers, n_stages)
-    out, lo = [], 0
-    for s in range(n_stages):
-        hi = lo + base + (1 if s < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return tuple(out)
-
-
-def partition_from_sizes(sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    out, lo = [], 0
-    for n in sizes:
-        out.append((lo, lo + n))
-        lo += n
-    return tuple(out)
-
-
-def plan_shards(plan: Plan) -> dict[int, int]:
-    """`plan.meta["shards"]` as {original layer index: pieces} ({} for a plan of whole layers)."""
-    shards = (plan.meta or {}).get("shards")
-    if not shards:
-        return {}
-    try:
-        return {int(k): int(v) for k, v in dict(shards).items()}
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"plan meta shards={shards!r}: expected a mapping of original layer index to "
-                          "pieces, e.g. {\"11\": 3}") from e
-
-
-def plan_model(model: "ModelSpec", plan: Plan) -> "ModelSpec":
-    """The model `plan` partitions: `model` with the layers `plan.meta["shards"]` names (original
-    layer index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
-    from octopipe.model.shard import shard_model
-    counts = plan_shards(plan)
-    out = shard_model(model, counts) if counts else model
+def plan_model(model: ModelSpec, plan: Plan) -> ModelSpec:
+    """The model `plan` partitions: `model` with the layers `plan.shards` names (original layer
+    index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
+    out = shard_model(model, plan.shards) if plan.shards else model
     if plan.n_layers != out.n_layers:
-        split = f" split as meta shards says into {out.n_layers}" if out is not model else ""
+        split = f" split as the plan's shards say into {out.n_layers}" if out is not model else ""
         raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
                           f"has {model.n_layers}{split}; run the plan on the model it was made for")
     return out

@@ -1,8 +1,8 @@
 """Exact linear-partition DP (min-max) for a fixed placement with one stage per device.
 
-`best[s][j]` is the smallest bottleneck over the first s+1 stages covering layers [0, j); a
-stage's cost on its device includes the transfers on its two boundaries, and a stage that does
-not fit its device's memory is excluded. O(S · L²) with the inner minimum vectorized.
+The project's one min-max DP (`octopipe.plan.min_max_partition`) on this instance's stage
+costs: a stage's cost on its device includes the transfers on its two boundaries, and a stage
+that does not fit its device's memory is excluded. Ties take the earliest split point.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from dataclasses import replace
 import numpy as np
 
 from octopipe.errors import ConfigError
-from solvers.instance import PartitionInstance, partition_from_bounds
+from octopipe.plan import min_max_partition
+from solvers.instance import PartitionInstance
 from solvers.result import PartitionResult, make_result
 
 
@@ -51,23 +52,11 @@ def dp_partition(inst: PartitionInstance) -> PartitionResult:
         raise ConfigError("dp_partition handles one stage per device; with several stages per "
                           "device use solve_partition (ILP) or brute_force_partition")
     t0 = time.perf_counter()
-    L, S = inst.n_layers, inst.n_stages
-    best = np.full((S, L + 1), np.inf)
-    arg = np.zeros((S, L + 1), dtype=int)
-    best[0] = stage_cost_matrix(inst, 0, placement)[0]
-    for s in range(1, S):
-        cost = stage_cost_matrix(inst, s, placement)          # [lo, hi]
-        cand = np.maximum(best[s - 1][:, None], cost)         # [lo, hi]
-        arg[s] = np.argmin(cand, axis=0)
-        best[s] = cand[arg[s], np.arange(L + 1)]
+    part = min_max_partition(lambda s: stage_cost_matrix(inst, s, placement), inst.n_stages,
+                             inst.n_layers, latest_ties=False)
     dt = time.perf_counter() - t0
-    if not np.isfinite(best[S - 1, L]):
+    if part is None:
         return _infeasible(inst, dt)
-    bounds, j = [], L
-    for s in range(S - 1, 0, -1):
-        j = int(arg[s, j])
-        bounds.append(j)
-    part = partition_from_bounds(bounds[::-1], L)
     res = make_result(inst, part, placement, "dp", dt, True)
     return replace(res, bound=res.objective)
 

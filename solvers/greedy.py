@@ -47,7 +47,7 @@ def improve_by_shifts(inst: PartitionInstance, result: PartitionResult,
     squared loads) drops and memory fits. A heuristic incumbent, not an optimality proof."""
     t0 = time.perf_counter()
     L, placement = inst.n_layers, inst.placement
-    bounds = [hi for _, hi in result.partition[:-1]]
+    bounds = result.partition.bounds[1:-1].tolist()
 
     def score(b: list[int]) -> tuple[float, float] | None:
         load, mem = inst.evaluate(partition_from_bounds(b, L), placement)

@@ -13,19 +13,22 @@ and s+1, what a transfer costs. `evaluate` is the single definition of the objec
 - a device's memory = static bytes (parameters, gradients, optimizer state) of its stages +
   `act_mult[s] * act_bytes(stage s)` for each of its stages, where `act_mult[s]` is the
   schedule's in-flight count on the device split evenly over the stages it holds.
+
+Per-stage numbers come from `octopipe.cost.stage_costs.StageCosts` and the prefix sums the
+formulations index from the CostTable's own (`CostTable.prefix`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-
-Partition = tuple[tuple[int, int], ...]
+from octopipe.plan import Partition
 
 
 def inflight_counts(schedule_name: str, n_devices: int, n_microbatches: int,
@@ -48,9 +51,6 @@ class PartitionInstance:
     inflight: tuple[float, ...]         # per device: activation copies at the peak
     col: tuple[int, ...]                # per device: CostTable column
     cap: np.ndarray                     # per device: memory bytes
-    work_ps: np.ndarray                 # [layer+1, column] prefix sums of f + i + w
-    act_ps: np.ndarray                  # [layer+1] prefix sums of act_bytes
-    static_ps: np.ndarray               # [layer+1] prefix sums of static_bytes
 
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_stages: int,
@@ -78,12 +78,7 @@ class PartitionInstance:
             raise ConfigError(f"inflight has {len(inflight)} entries for {n_dev} devices")
         cap = np.array(memory_bytes if memory_bytes is not None
                        else [cluster.kind_of(d).memory_bytes for d in range(n_dev)], dtype=float)
-        work = costs.f + costs.i + costs.w
-        work_ps = np.vstack([np.zeros((1, work.shape[1])), np.cumsum(work, axis=0)])
-        act_ps = np.concatenate([[0.0], np.cumsum(costs.act_bytes)])
-        static_ps = np.concatenate([[0.0], np.cumsum(costs.static_bytes)])
-        return cls(costs, cluster, n_stages, placement or (), inflight, costs.columns_for(cluster),
-                   cap, work_ps, act_ps, static_ps)
+        return cls(costs, cluster, n_stages, placement or (), inflight, costs.columns_for(cluster), cap)
 
     @property
     def n_layers(self) -> int:
@@ -93,10 +88,25 @@ class PartitionInstance:
     def n_devices(self) -> int:
         return self.cluster.n_devices
 
+    @property
+    def work_ps(self) -> np.ndarray:
+        """[layer + 1, column] prefix sums of f + i + w."""
+        return self.costs.prefix("work")
+
+    @property
+    def act_ps(self) -> np.ndarray:
+        return self.costs.prefix("act_bytes")
+
+    @property
+    def static_ps(self) -> np.ndarray:
+        return self.costs.prefix("static_bytes")
+
     def with_placement(self, placement: Sequence[int]) -> "PartitionInstance":
-        return PartitionInstance(self.costs, self.cluster, self.n_stages, tuple(placement),
-                                 self.inflight, self.col, self.cap, self.work_ps, self.act_ps,
-                                 self.static_ps)
+        return replace(self, placement=tuple(placement))
+
+    def stages(self, partition: Partition | Sequence[tuple[int, int]],
+               placement: Sequence[int]) -> StageCosts:
+        return StageCosts.bind(self.costs, partition, placement, self.col)
 
     def act_mult(self, placement: Sequence[int]) -> np.ndarray:
         """Per stage: activation copies alive at the peak (device's count over its stage count)."""
@@ -119,17 +129,17 @@ class PartitionInstance:
         """(load seconds per device, memory bytes per device) of a partition under a placement."""
         placement = tuple(placement if placement is not None else self.placement)
         check_partition(partition, self.n_layers, self.n_stages)
+        st = self.stages(partition, placement)
         load = np.zeros(self.n_devices)
         mem = np.zeros(self.n_devices)
-        mult = self.act_mult(placement)
-        for s, (lo, hi) in enumerate(partition):
-            d = placement[s]
-            load[d] += self.stage_work(lo, hi, d)
-            mem[d] += self.stage_memory(lo, hi, mult[s])
-            if s + 1 < len(partition) and placement[s + 1] != d:
-                t = self.transfer(hi - 1, d, placement[s + 1])
-                load[d] += t
-                load[placement[s + 1]] += t
+        mem_s = st.static_bytes + self.act_mult(placement) * st.act_bytes
+        cross = st.boundary_transfers(self.cluster)
+        for s, d in enumerate(placement):
+            load[d] += st.work[s]
+            mem[d] += mem_s[s]
+            if s + 1 < len(placement) and placement[s + 1] != d:
+                load[d] += cross[s]
+                load[placement[s + 1]] += cross[s]
         return load, mem
 
     def fits(self, mem: np.ndarray, rtol: float = 1e-9) -> bool:
@@ -149,6 +159,5 @@ def check_partition(partition: Partition, n_layers: int, n_stages: int) -> None:
 
 
 def partition_from_bounds(bounds: Sequence[int], n_layers: int) -> Partition:
-    """Stage ends (exclusive) of all but the last stage -> ((lo, hi), ...)."""
-    edges = [0, *[int(b) for b in bounds], n_layers]
-    return tuple(zip(edges[:-1], edges[1:]))
+    """Stage ends (exclusive) of all but the last stage (`Partition.from_cuts`)."""
+    return Partition.from_cuts(bounds, n_layers)

@@ -15,7 +15,7 @@ class PartitionResult:
     objective when `proven_optimal`); `fits_memory` says whether every device is within capacity.
     """
 
-    partition: Partition
+    partition: Partition | tuple[()]     # () when no partition was found
     placement: tuple[int, ...]
     objective: float
     device_load_s: tuple[float, ...]
@@ -48,6 +48,6 @@ def make_result(inst: PartitionInstance, partition: Partition, placement: tuple[
                 method: str, solve_time_s: float, proven_optimal: bool, **kw) -> PartitionResult:
     """Evaluate `partition` with the shared evaluator and wrap it."""
     load, mem = inst.evaluate(partition, placement)
-    return PartitionResult(tuple(partition), tuple(placement), float(load.max()),
+    return PartitionResult(Partition.of(partition), tuple(placement), float(load.max()),
                            tuple(float(x) for x in load), tuple(float(x) for x in mem),
                            inst.fits(mem), proven_optimal, solve_time_s, method, **kw)

@@ -5,9 +5,11 @@ Prefix sums make any stage's total an O(1) lookup, which the ILP, simulator and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+from octopipe.errors import ConfigError
 
 if TYPE_CHECKING:
     from octopipe.cluster import Cluster
@@ -72,12 +74,16 @@ class CostTable:
     def b(self) -> np.ndarray:
         return self.i + self.w
 
+    @property
+    def work(self) -> np.ndarray:
+        """[layer, kind] F + I + W seconds (what a stage's load adds up)."""
+        return self.f + self.i + self.w
+
     def kind_index(self, kind_name: str) -> int:
         return self.kinds.index(kind_name)
 
     def columns_for(self, cluster: "Cluster", n_devices: int | None = None) -> tuple[int, ...]:
         """The column of each pipeline rank's device kind (matched by name; one column serves all)."""
-        from octopipe.errors import ConfigError
         cols = []
         for d in range(cluster.n_devices if n_devices is None else n_devices):
             name = cluster.kind_of(d).name
@@ -90,29 +96,39 @@ class CostTable:
                                   f"(columns: {', '.join(self.kinds)}); build the costs for this cluster")
         return tuple(cols)
 
-    def _ps(self, name: str) -> np.ndarray:
+    def prefix(self, name: str) -> np.ndarray:
+        """Prefix sums of array `name` (f, i, w, work, act_bytes, ...) over layers: row j sums
+        layers [0, j). Computed once; every stage sum in the project is a difference of two rows."""
         if name not in self._prefix:
-            self._prefix[name] = _prefix(getattr(self, name))
+            p = _prefix(getattr(self, name))
+            p.setflags(write=False)
+            self._prefix[name] = p
         return self._prefix[name]
+
+    def range_sums(self, name: str, lo: np.ndarray, hi: np.ndarray,
+                   kind: np.ndarray | int | None = None) -> np.ndarray:
+        """Sums of array `name` over layers [lo[s], hi[s]), on column `kind[s]` where 2-D."""
+        p = self.prefix(name)
+        if p.ndim == 2:
+            k = 0 if kind is None else kind
+            return p[hi, k] - p[lo, k]
+        return p[hi] - p[lo]
 
     def range_sum(self, name: str, lo: int, hi: int, kind: int | None = None) -> float:
         """Sum of array `name` over layers [lo, hi), on device-kind column `kind` where 2-D."""
-        p = self._ps(name)
-        if p.ndim == 2:
-            return float(p[hi, kind or 0] - p[lo, kind or 0])
-        return float(p[hi] - p[lo])
+        return float(self.range_sums(name, lo, hi, kind or 0))
 
-    def stage_costs(self, partition: "list[tuple[int, int]] | tuple[tuple[int, int], ...]",
-                    kind_per_stage: "list[int] | tuple[int, ...]") -> dict[str, np.ndarray]:
-        """Per-stage f, i, w, act, w_act, static and boundary bytes for a partition."""
-        out = {k: np.zeros(len(partition)) for k in
-               ("f", "i", "w", "act_bytes", "w_act_bytes", "static_bytes", "out_bytes")}
-        for s, ((lo, hi), k) in enumerate(zip(partition, kind_per_stage)):
-            for name in ("f", "i", "w"):
-                out[name][s] = self.range_sum(name, lo, hi, k)
-            for name in ("act_bytes", "w_act_bytes", "static_bytes"):
-                out[name][s] = self.range_sum(name, lo, hi)
-            out["out_bytes"][s] = self.out_bytes[hi - 1] if hi > lo else 0.0
+    def stage_costs(self, partition: "Sequence[tuple[int, int]]",
+                    kind_per_stage: "Sequence[int]") -> dict[str, np.ndarray]:
+        """Per-stage f, i, w, act, w_act, static and boundary bytes, by name (for callers that
+        want a mapping; `octopipe.cost.stage_costs.StageCosts` is the binding the planner uses)."""
+        b = np.asarray([lo for lo, _ in partition], dtype=np.int64)
+        e = np.asarray([hi for _, hi in partition], dtype=np.int64)
+        k = np.asarray(kind_per_stage, dtype=np.int64)
+        out = {name: self.range_sums(name, b, e, k) for name in ("f", "i", "w")}
+        for name in ("act_bytes", "w_act_bytes", "static_bytes"):
+            out[name] = self.range_sums(name, b, e)
+        out["out_bytes"] = np.where(e > b, self.out_bytes[np.maximum(e - 1, 0)], 0.0)
         return out
 
     @classmethod

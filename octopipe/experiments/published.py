@@ -34,15 +34,17 @@ from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, describe, label_parts,
                                      load_preset, profile_cost_table, type_means)
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.shard import SPLIT_DIM
 from octopipe.experiments.published_gate import gated_makespan
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
-from octopipe.plan import Plan, uniform_partition
+from octopipe.plan import Partition, Plan, uniform_partition
 from octopipe.progress import case_progress
 from octopipe.schedule.table import ScheduleTable
+from octopipe.tune.bounds import lower_bound
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
 COMMS = ("free", "node")
@@ -112,32 +114,11 @@ class Outcome:
 # Pure pieces: partitions, bounds, busy time, clusters
 
 
-def balanced_partition(weights: np.ndarray, n_stages: int) -> tuple[tuple[int, int], ...]:
-    """Contiguous non-empty stages minimizing the largest stage sum of `weights` (exact DP).
-
-    best[k][j] is the smallest possible largest stage over the first j layers cut into k stages;
-    ties keep the latest cut, so earlier stages take the extra layers.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    n = len(w)
-    if not 1 <= n_stages <= n:
-        raise ConfigError(f"cannot split {n} layers into {n_stages} non-empty stages; use at most "
-                          f"{n} stages")
-    ps = np.concatenate([[0.0], np.cumsum(w)])
-    best = np.full((n_stages + 1, n + 1), np.inf)
-    cut = np.zeros((n_stages + 1, n + 1), dtype=np.int64)
-    best[0, 0] = 0.0
-    for k in range(1, n_stages + 1):
-        for j in range(k, n + 1):
-            i = np.arange(k - 1, j)
-            cand = np.maximum(best[k - 1, i], ps[j] - ps[i])
-            pick = len(cand) - 1 - int(np.argmin(cand[::-1]))
-            best[k, j], cut[k, j] = cand[pick], i[pick]
-    bounds, j = [], n
-    for k in range(n_stages, 0, -1):
-        bounds.append((int(cut[k, j]), j))
-        j = int(cut[k, j])
-    return tuple(reversed(bounds))
+def balanced_partition(weights: np.ndarray, n_stages: int) -> Partition:
+    """Contiguous non-empty stages minimizing the largest stage sum of `weights` (the project's
+    min-max DP, `Partition.balanced`; ties keep the latest cut, so earlier stages take the extra
+    layers)."""
+    return Partition.balanced(weights, n_stages)
 
 
 def layer_work_s(costs: CostTable) -> np.ndarray:
@@ -146,23 +127,17 @@ def layer_work_s(costs: CostTable) -> np.ndarray:
 
 
 def lower_bound_s(costs: CostTable, n_devices: int, n_microbatches: int) -> float:
-    """Total work divided over the devices: no bubble, no exposed transfer."""
-    return float(layer_work_s(costs).sum()) * n_microbatches / n_devices
+    """Total work divided over the devices: no bubble, no exposed transfer (the tuner's
+    `lower_bound` on `n_devices` devices as fast as the fastest kind)."""
+    work = np.repeat(layer_work_s(costs)[:, None], n_devices, axis=1)
+    return lower_bound(work, n_microbatches)
 
 
 def device_busy_s(costs: CostTable, plan: Plan, cluster: Cluster, n_microbatches: int) -> np.ndarray:
     """Compute seconds per device: its stages' F + B on its device kind, for every micro-batch."""
-    busy = np.zeros(plan.table.n_devices)
-    for s, ((lo, hi), d) in enumerate(zip(plan.partition, plan.placement)):
-        k = _kind_column(costs, cluster, d)
-        busy[d] += (costs.range_sum("f", lo, hi, k) + costs.range_sum("i", lo, hi, k)
-                    + costs.range_sum("w", lo, hi, k)) * n_microbatches
-    return busy
-
-
-def _kind_column(costs: CostTable, cluster: Cluster, device: int) -> int:
-    name = cluster.kind_of(device).name
-    return costs.kinds.index(name) if name in costs.kinds else 0
+    n = plan.table.n_devices
+    st = StageCosts.bind(costs, plan.partition, plan.placement, costs.columns_for(cluster, n))
+    return st.per_device((st.f + st.i + st.w) * n_microbatches, n)
 
 
 def node_cluster(node: Mapping[str, Any], n_devices: int) -> Cluster:
@@ -291,7 +266,7 @@ def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Clust
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
                    plan.partition, plan.placement, tuner_s, device_bound,
-                   {int(k): int(v) for k, v in (plan.meta or {}).get("shards", {}).items()})
+                   dict(plan.shards))
 
 
 def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float | None:
@@ -371,9 +346,9 @@ def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
                          f"chunks = {v}, one layer per virtual stage; data dependencies only (the "
                          "published simulator also holds a steady-state F until the next device "
                          "has finished more B and its last op was a B)"))
-    sc = costs.stage_costs(il.partition, [0] * len(il.partition))
+    sc = StageCosts.bind(costs, il.partition, il.placement, [0] * p)
     rows.append(CheckRow("interleaved_gated",
-                         gated_makespan(il.table, sc["f"], sc["i"] + sc["w"], v) * 1e3,
+                         gated_makespan(il.table, sc.f, sc.b, v) * 1e3,
                          float(ref["interleaved_ms"]),
                          "the same table replayed with the published simulator's gate "
                          "(octopipe.experiments.published_gate)"))

@@ -4,7 +4,7 @@ The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatc
 evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
 tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
 
-A plan whose meta says `shards` (the tuner's split layers: original layer index -> pieces) runs
+A plan with `shards` (the tuner's split layers: original layer index -> pieces) runs
 the model with those layers split (`octopipe.model.shard`, `plan_model`): its partition indexes
 the pieces; the stages, the reference gradients, the profiled costs and the calibration are those
 of the split model, which starts from the unsplit model's weights (so its loss is the same).
@@ -162,14 +162,15 @@ def _plans(cfg: Any, config: RuntimeConfig, model: ModelSpec, costs: CostTable, 
             plan = res.plan
             plans.append(Plan(plan.partition, plan.table.__class__(
                 plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
-                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta))
+                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta,
+                plan.shards))
             continue
         path = OmegaConf.select(sub, "schedule.file", default=None)
         if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
             plan = load_plan(Path(str(path)))
             plan_model(model, plan)
             plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
-                              {**plan.meta, "source": f"schedule.file={path}"}))
+                              {**plan.meta, "source": f"schedule.file={path}"}, plan.shards))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
@@ -291,7 +292,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                                                      for name, d in per.items()))
     first = rows[0]
     calibration = calibrations[keys[0]]
-    shards = plans[0].meta.get("shards")
+    shards = plans[0].shards
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     summary = {
         "model": model.name, "compute": config.compute, "dispatch": config.dispatch, **links,

@@ -21,7 +21,7 @@ from octopipe.errors import ConfigError
 from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, table_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
-from octopipe.plan import Plan, plan_shards, uniform_partition
+from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.render import grid_text
@@ -55,7 +55,7 @@ def plan_file(cfg: Config) -> Plan | None:
 def plan_file_shards(cfg: Config) -> dict[int, int]:
     """The layers a plan JSON in `schedule.file` splits ({} for whole layers or a CSV)."""
     plan = plan_file(cfg)
-    return {} if plan is None else plan_shards(plan)
+    return {} if plan is None else dict(plan.shards)
 
 
 def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[tuple[int, int], ...]]:

@@ -11,11 +11,12 @@ Layout (``format`` = ``"octopipe.plan"``, ``version`` = `FORMAT_VERSION`)::
      "schedule": {"name": "...", "lowered": false, "rows": [["0F0", "", ...], ...]},
      "action_costs": {"0F0": seconds, ...},  # when known, else absent
      "csv": "plan.csv",                      # torch dialect, beside the JSON
-     "meta": {...}}
+     "meta": {..., "shards": {"11": 3, ...}}}  # `Plan.shards`, when layers are split
 
 The rows in the JSON are authoritative; the CSV is written for torch and for people, and
 `load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]``
-(a mapping from action string to seconds).
+(a mapping from action string to seconds). `Plan.shards` (original layer index -> pieces) is
+stored in ``meta.shards``, where version 1 files have always kept it, so files read both ways.
 """
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ def plan_to_doc(plan: Plan, csv_name: str | None = None) -> dict:
         doc["action_costs"] = {str(k): float(v) for k, v in costs.items()}
     if csv_name is not None:
         doc["csv"] = csv_name
+    if plan.shards:
+        meta["shards"] = {str(k): int(v) for k, v in plan.shards.items()}
     doc["meta"] = _jsonable(meta, "plan.meta")
     return doc
 
@@ -185,11 +188,12 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
     meta = dict(doc.get("meta") or {})
     if "action_costs" in doc:
         meta["action_costs"] = dict(doc["action_costs"])
+    shards = meta.pop("shards", None) or {}
     try:
         parts = tuple((int(lo), int(hi)) for lo, hi in partition)
     except (TypeError, ValueError):
         raise ScheduleError(f"{source}: partition must be a list of [lo, hi] layer ranges") from None
-    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta)
+    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta, shards)
 
 
 def load_plan(path: str | Path, check: bool = True) -> Plan:

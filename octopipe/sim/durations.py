@@ -1,6 +1,7 @@
 """Seconds and bytes for a compiled program: what a partition, a CostTable and a Cluster imply.
 
-Compute: the sum of the stage's layers on the device's kind (B = I + W). Transfers:
+Compute: the sum of the stage's layers on the device's kind (B = I + W), read from
+`octopipe.cost.stage_costs.StageCosts`. Transfers:
 `latency + bytes / bandwidth` on `cluster.link(src, dst)`; a forward transfer out of stage s
 carries the output of its last layer, a backward one the gradient of stage s's input (the same
 size as the output of stage s-1). Memory: F allocates the stage's activation bytes; I frees all
@@ -16,9 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.plan import uniform_partition
+from octopipe.plan import Partition
 from octopipe.sim.program import FWD, Program
 
 
@@ -43,34 +45,35 @@ class Durations:
                        transfer=self.transfer if transfer is None else transfer)
 
 
-def bind(program: Program, partition: Sequence[tuple[int, int]] | None, cost: CostTable,
+def bind(program: Program, partition: Partition | Sequence[tuple[int, int]] | None, cost: CostTable,
          cluster: Cluster, tokens_per_microbatch: int | None = None) -> Durations:
     """Durations of every node of `program` for one partition, cost table and cluster."""
     n_s, n_d = program.n_stages, program.n_devices
     if partition is None:
-        partition = uniform_partition(cost.n_layers, n_s)
-    partition = tuple((int(a), int(b)) for a, b in partition)
+        partition = Partition.uniform(cost.n_layers, n_s)
+    partition = Partition.of(partition)
     if len(partition) != n_s:
         raise ConfigError(f"partition has {len(partition)} stages, the table has {n_s}; give one "
                           "layer range per stage")
-    if partition[-1][1] > cost.n_layers:
-        raise ConfigError(f"partition reaches layer {partition[-1][1]} but the cost table has "
+    if partition.n_layers > cost.n_layers:
+        raise ConfigError(f"partition reaches layer {partition.n_layers} but the cost table has "
                           f"{cost.n_layers} layers")
     if cluster.n_devices < n_d:
         raise ConfigError(f"the table has {n_d} devices but cluster {cluster.name!r} has "
                           f"{cluster.n_devices}; set pp <= {cluster.n_devices} or use a larger cluster")
     cols = list(cost.columns_for(cluster, n_d))
     used = sorted(set(cols))
-    per_col = {k: cost.stage_costs(partition, [k] * n_s) for k in used}
+    # a stage may run on devices of several kinds (replicated placements): cost it on each
+    per_col = {k: StageCosts.bind(cost, partition, program.table.placement, [k] * n_d) for k in used}
     fiwb = np.zeros((len(cost.kinds), 4, n_s))
     for k in used:
         sc = per_col[k]
-        fiwb[k] = (sc["f"], sc["i"], sc["w"], sc["i"] + sc["w"])
+        fiwb[k] = (sc.f, sc.i, sc.w, sc.b)
     col_of_dev = np.asarray(cols, dtype=np.int64)
     compute = fiwb[col_of_dev[program.c_dev], program.c_kind, program.c_stage]
     sc0 = per_col[used[0]]
-    act, wact, static_stage = sc0["act_bytes"], sc0["w_act_bytes"], sc0["static_bytes"]
-    out_bytes = sc0["out_bytes"]
+    act, wact, static_stage = sc0.act_bytes, sc0.w_act_bytes, sc0.static_bytes
+    out_bytes = sc0.out_bytes
     ks, st = program.c_kind, program.c_stage
     alloc = np.where(ks == 0, act[st], 0.0)
     free = np.select([ks == 1, ks == 2, ks == 3], [act[st] - wact[st], wact[st], act[st]], 0.0)
@@ -90,8 +93,7 @@ def bind(program: Program, partition: Sequence[tuple[int, int]] | None, cost: Co
             static[d] += static_stage[s]
     capacity = np.array([cluster.kind_of(d).memory_bytes for d in range(n_d)], dtype=np.float64)
     peak = np.array([cluster.kind_of(d).peak_flops for d in range(n_d)], dtype=np.float64)
-    lo, hi = partition[0][0], partition[-1][1]
-    fwd_flops = float(cost.flops[lo:hi].sum()) if cost.flops is not None else 0.0
+    fwd_flops = float(cost.flops[:partition.n_layers].sum()) if cost.flops is not None else 0.0
     tokens = tokens_per_microbatch if tokens_per_microbatch is not None else cost.tokens_per_microbatch
     n_m = program.n_microbatches
     return Durations(compute=np.ascontiguousarray(compute, dtype=np.float64),

@@ -13,6 +13,7 @@ Bubble causes split every idle second of a device into one of `CAUSES`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property
 
 import numpy as np
@@ -21,7 +22,27 @@ from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import Durations
 from octopipe.sim.program import FWD, Program
 
-CAUSES = ("warmup_cooldown", "wait_upstream", "wait_downstream", "wait_transfer", "memory")
+
+
+class BubbleCause(str, Enum):
+    """Why a device idles: the project's one vocabulary of bubble causes (see the module
+    docstring); the columns of `SimResult.bubble_causes`, in this order."""
+
+    WARMUP_COOLDOWN = "warmup_cooldown"
+    WAIT_UPSTREAM = "wait_upstream"
+    WAIT_DOWNSTREAM = "wait_downstream"
+    WAIT_TRANSFER = "wait_transfer"
+    MEMORY = "memory"
+
+    @property
+    def column(self) -> int:
+        return CAUSES.index(self.value)
+
+
+CAUSES = tuple(c.value for c in BubbleCause)
+# the waits the pipeline's data dependencies cause: filling and draining it, and producers on
+# other devices still computing
+DEPENDENCY = (BubbleCause.WARMUP_COOLDOWN, BubbleCause.WAIT_UPSTREAM, BubbleCause.WAIT_DOWNSTREAM)
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +151,20 @@ class SimResult:
                     moved -= take
             else:
                 out[d, 3] = transfer + held.sum()
+        return out
+
+    def idle_for(self, cause: BubbleCause) -> np.ndarray:
+        """[device] idle seconds of one cause."""
+        return self.bubble_causes[:, cause.column].copy()
+
+    @property
+    def dependency_wait(self) -> np.ndarray:
+        """[device] idle seconds of the `DEPENDENCY` causes together."""
+        bc = self.bubble_causes
+        first, *rest = DEPENDENCY
+        out = bc[:, first.column]
+        for c in rest:
+            out = out + bc[:, c.column]
         return out
 
     @cached_property

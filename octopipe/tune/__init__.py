@@ -9,16 +9,19 @@
     res.history          # improvements of the search: time, iteration, makespan, move
     res.summary()        # summary.json figures: speedup_vs_best_baseline, efficiency, ...
 
-The flow (`octopipe.tune.tuner`): baselines → ILP start (`solvers`) → iterated local search on
+The flow (`octopipe.tune.tuner`, named stages over one `TuneState`, each with its own budget):
+baselines → starting points (split layers, ILP start from `solvers`) → iterated local search on
 partition, placement and schedule policy ranked by a compiled list-scheduling estimator
-(`listsched`, `search`, `moves`, steered by `attribution`) → full simulation of the finalists →
-row moves into the remaining bubbles (`polish`) → memory and SMT deadlock checks (`evaluate`).
-Modules: candidate (search space), balance (partition/placement helpers), baselines, freeze
-(policy → table), report_md (plan report), report (suite aggregation CLI).
+(`listsched`, `search`, `moves`, steered by `attribution`) → finalists: full simulation and row
+moves into the remaining bubbles (`polish`) → checks: memory and SMT deadlock (`evaluate`).
+Modules: candidate (search space and problem), balance (placement helpers), bounds (lower,
+layer and device bounds), baselines, freeze (policy → table), result (TuneResult), report_md
+(plan report), report (suite aggregation CLI).
 """
 from octopipe.tune.attribution import Attribution, attribute, attribute_sim
 from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.tuner import TuneResult, TunerConfig, tune
+from octopipe.tune.result import TuneResult
+from octopipe.tune.tuner import TunerConfig, tune
 
 __all__ = ["tune", "TuneResult", "TunerConfig", "Candidate", "Problem", "Attribution",
            "attribute", "attribute_sim"]

@@ -1,33 +1,48 @@
-"""Bubble attribution: each device's idle time split by cause.
+"""Bubble attribution: what the tuner steers by, derived from the simulator's bubble causes.
 
-Causes, per device (they sum to the device's idle time, makespan − busy):
-- `imbalance`: idle the device would have even with a perfect schedule, because the busiest
-  device has more work (max busy − this device's busy);
-- `edges`: waiting for the pipeline to fill or drain and for data from other stages
-  (warm-up/cool-down and dependency bubbles), beyond the imbalance share;
-- `transfer`: waiting for a message after its producer has finished (exposed communication);
-- `memory`: idle while an action of this device was already data-ready but held back by the
-  in-flight limit or activation memory (or by the fixed row order).
+The simulator's vocabulary (`octopipe.sim.result.BubbleCause`) is the project's one; the tuner
+groups it into four causes per device (they sum to the device's idle time, makespan − busy):
+- `imbalance`: the part of the dependency waits (`DEPENDENCY`: warm-up/cool-down, waiting
+  upstream or downstream) the device would have even with a perfect schedule, because the
+  busiest device has more work (max busy − this device's busy);
+- `edges`: the rest of the dependency waits (filling and draining, data from other stages);
+- `transfer`: `WAIT_TRANSFER`, waiting for a message after its producer has finished;
+- `memory`: `MEMORY`, idle while an action of this device was already data-ready but held back
+  by the in-flight limit or activation memory (or by the fixed row order).
 
-This is what the tuner steers by (`largest`) and what users read in the plan report.
+`attribute_sim` reads them off a full simulation; `attribute` estimates the same three groups
+(dependency, transfer, memory) from the list scheduler's flat arrays. This is what the tuner
+steers by (`largest`) and what users read in the plan report.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-CAUSES = ("imbalance", "edges", "transfer", "memory")
+from octopipe.sim.result import BubbleCause, SimResult
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.listsched import ListResult
+
+CAUSES = ("imbalance", "edges", "transfer", "memory")   # the tuner's grouping (module docstring)
 
 
 @dataclass(frozen=True, eq=False)
 class Attribution:
     makespan: float
     busy: np.ndarray         # [D] seconds of compute
-    imbalance: np.ndarray    # [D] seconds
-    edges: np.ndarray
-    transfer: np.ndarray
-    memory: np.ndarray
+    dependency: np.ndarray   # [D] seconds of the simulator's DEPENDENCY causes
+    transfer: np.ndarray     # [D] seconds of BubbleCause.WAIT_TRANSFER
+    memory: np.ndarray       # [D] seconds of BubbleCause.MEMORY
+
+    @cached_property
+    def imbalance(self) -> np.ndarray:
+        return np.minimum(self.busy.max() - self.busy, self.dependency)
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        return self.dependency - self.imbalance
 
     @property
     def idle(self) -> np.ndarray:
@@ -66,14 +81,14 @@ def attribute(n_devices: int, device: np.ndarray, start: np.ndarray, end: np.nda
     T = float(end.max()) if makespan is None else float(makespan)
     D = n_devices
     busy = np.zeros(D)
-    edges = np.zeros(D)
+    dependency = np.zeros(D)
     transfer = np.zeros(D)
     memory = np.zeros(D)
     np.add.at(busy, device, end - start)
     for d in range(D):
         idx = np.flatnonzero(device == d)
         if idx.size == 0:
-            edges[d] = T
+            dependency[d] = T
             continue
         idx = idx[np.argsort(start[idx], kind="stable")]
         st, en, rd, pe = start[idx], end[idx], ready[idx], pred_end[idx]
@@ -89,13 +104,11 @@ def attribute(n_devices: int, device: np.ndarray, start: np.ndarray, end: np.nda
         tr = np.minimum(tr, gap - held)
         memory[d] = held.sum()
         transfer[d] = tr.sum()
-        edges[d] = (gap - held - tr).sum() + max(0.0, T - en.max())
-    imbalance = np.minimum(busy.max() - busy, edges)
-    edges = edges - imbalance
-    return Attribution(T, busy, imbalance, edges, transfer, memory)
+        dependency[d] = (gap - held - tr).sum() + max(0.0, T - en.max())
+    return Attribution(T, busy, dependency, transfer, memory)
 
 
-def from_list_result(problem, cand, result) -> Attribution:
+def from_list_result(problem: Problem, cand: Candidate, result: ListResult) -> Attribution:
     """Attribution of a list-scheduler estimate (see `Problem.estimate`)."""
     arr = problem.arrays(cand)
     S, M = arr.n_stages, problem.n_microbatches
@@ -121,18 +134,7 @@ def from_list_result(problem, cand, result) -> Attribution:
                      pend.ravel(), result.makespan)
 
 
-def attribute_sim(sim) -> Attribution:
-    """Attribution of a full simulation, reusing the simulator's own bubble causes.
-
-    The simulator splits idle time into warm-up/cool-down, waiting upstream, waiting
-    downstream, waiting for a transfer and memory; the first three are dependency bubbles, of
-    which the imbalance share (max busy − busy) is reported as imbalance.
-    """
-    from octopipe.sim.result import CAUSES as SIM_CAUSES
-    bc = np.asarray(sim.bubble_causes)
-    col = {c: k for k, c in enumerate(SIM_CAUSES)}
-    busy = np.asarray(sim.busy, dtype=float)
-    dep = bc[:, col["warmup_cooldown"]] + bc[:, col["wait_upstream"]] + bc[:, col["wait_downstream"]]
-    imbalance = np.minimum(busy.max() - busy, dep)
-    return Attribution(float(sim.makespan), busy, imbalance, dep - imbalance,
-                       bc[:, col["wait_transfer"]].copy(), bc[:, col["memory"]].copy())
+def attribute_sim(sim: SimResult) -> Attribution:
+    """Attribution of a full simulation, grouped from the simulator's own bubble causes."""
+    return Attribution(float(sim.makespan), np.asarray(sim.busy, dtype=float), sim.dependency_wait,
+                       sim.idle_for(BubbleCause.WAIT_TRANSFER), sim.idle_for(BubbleCause.MEMORY))

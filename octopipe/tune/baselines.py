@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from octopipe.errors import OctoPipeError
+from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import baselines as registry_baselines
-from octopipe.plan import Plan, uniform_partition, partition_from_sizes
-from octopipe.tune.balance import balanced_sizes
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate
 
@@ -35,7 +34,7 @@ def named_table(name: str, n_devices: int, n_microbatches: int, chunks: int):
     return build_schedule(name, n_devices, n_microbatches, chunks=chunks)
 
 
-def dp_balanced(problem: Problem, schedule: str, placement: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+def dp_balanced(problem: Problem, schedule: str, placement: tuple[int, ...]) -> Partition:
     """Exact memory-aware DP partition (solvers) for one stage per device; else min-max stages."""
     D = problem.n_devices
     if len(placement) == D and tuple(placement) == tuple(range(D)):
@@ -46,11 +45,11 @@ def dp_balanced(problem: Problem, schedule: str, placement: tuple[int, ...]) -> 
                                            schedule_name=schedule, n_microbatches=problem.n_microbatches)
             res = dp_partition(inst)
             if res.fits_memory and res.partition:
-                return tuple(res.partition)
+                return res.partition
         except OctoPipeError:
             pass
     work = problem.layer_work().mean(axis=1)
-    return partition_from_sizes(balanced_sizes(work, len(placement)))
+    return Partition.balanced(work, len(placement))
 
 
 def run_baselines(problem: Problem, model: str = "") -> list[Evaluated]:
@@ -67,7 +66,7 @@ def run_baselines(problem: Problem, model: str = "") -> list[Evaluated]:
             except OctoPipeError:
                 continue
             if spec.group == "uniform":
-                part = uniform_partition(L, table.n_stages)
+                part = Partition.uniform(L, table.n_stages)
             else:
                 part = dp_balanced(problem, spec.schedule, table.placement)
             plan = Plan(part, table, model=model, cluster=problem.cluster.name,
@@ -85,5 +84,4 @@ def as_candidate(ev: Evaluated) -> Candidate:
     """A baseline's partition and placement as a tuner starting point."""
     plan = ev.plan
     split = plan.table.splits_backward
-    return Candidate(tuple(hi - lo for lo, hi in plan.partition), plan.table.placement, split,
-                     1.0, origin=ev.name)
+    return Candidate(plan.partition, plan.table.placement, split, 1.0, origin=ev.name)

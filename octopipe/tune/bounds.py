@@ -1,9 +1,13 @@
-"""A lower bound on the makespan that respects whole layers: the device bound.
+"""Lower bounds on an iteration's makespan, from the loosest to the tightest.
 
-`Problem.lower_bound` divides the total work evenly, as if layers could be cut anywhere; with a
-few dozen heavy, equal layers on 8 devices that is far from reachable (25 equal MoE layers on 8
-devices put 4 on one of them). The device bound keeps layers whole and charges each device the
-fill and drain it cannot avoid:
+- `lower_bound`: the total work shared over the devices, as if layers could be cut anywhere
+  (the figure `efficiency_vs_lower_bound` divides by);
+- `layer_bound`: layers stay whole, and each owes its fill before it and its drain after it;
+- `device_bound`: whole layers and the fill and drain of every device.
+
+With a few dozen heavy, equal layers on 8 devices the lower bound is far from reachable (25
+equal MoE layers on 8 devices put 4 on one of them). The device bound keeps layers whole and
+charges each device the fill and drain it cannot avoid:
 
 - sort any plan's devices by the lowest layer they hold; the k-th (from 0) holds no layer below
   k, so its first forward starts at or after `sum f[:k]` (micro-batch 0 crossing layers < k);
@@ -14,7 +18,7 @@ fill and drain it cannot avoid:
 
 Forgetting which layers a device may hold (any layer may sit on any of the sorted slots) keeps
 the bound valid and makes it a small integer program over layer *types* (layers with equal
-times), solved exactly with CBC (`pulp`). The result is never below `lower_bound`.
+times), solved exactly with CBC (`pulp`). Each bound is never below the one before it.
 """
 from __future__ import annotations
 
@@ -24,13 +28,47 @@ from octopipe.tune.candidate import Problem
 from solvers.backend import cbc
 
 
+def lower_bound(layer_work: np.ndarray, n_microbatches: int) -> float:
+    """Total work over the devices: no bubbles, no exposed transfers, perfect balance.
+
+    `layer_work[l, d]`: seconds of layer l on device d per micro-batch. With mixed device kinds
+    each layer is charged at its fastest kind and the work is shared in proportion to device
+    speed, which keeps the bound valid.
+    """
+    work = np.asarray(layer_work, dtype=np.float64)
+    speed = work.sum(axis=0)
+    per_dev_rate = speed.min() / speed           # relative throughput of each device
+    fastest = work.min(axis=1).sum()
+    return float(n_microbatches * fastest / per_dev_rate.sum())
+
+
+def layer_bound(problem: Problem) -> float:
+    """A tighter bound for coarse models: layers are never split, so the device holding layer l
+    cannot start it before micro-batch 0's forward has crossed every earlier layer, and then
+    owes all of layer l's work: max_l (sum_{j<l} f_j + M * work_l). Its weight gradients may
+    wait, but after its last input gradient that micro-batch still needs the input gradients of
+    every earlier layer and layer 0's weight gradient:
+    sum_{j<l} f_j + M * (f_l + i_l) + sum_{j<l} i_j + w_0 (l >= 1). Never below `lower_bound`."""
+    c = problem.costs
+    f = c.f[:, problem.kind_col].min(axis=1)
+    i = c.i[:, problem.kind_col].min(axis=1)
+    w0 = float(c.w[0, problem.kind_col].min())
+    work = problem.layer_work().min(axis=1)
+    M = problem.n_microbatches
+    before = np.concatenate([[0.0], np.cumsum(f)[:-1]])
+    chain = np.concatenate([[0.0], np.cumsum(i)[:-1] + w0])
+    fill = before + M * work
+    drain = before + M * np.minimum(f + i, work) + chain
+    return max(lower_bound(problem.layer_work(), M), float(fill.max()), float(drain.max()))
+
+
 def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
     """max(layer bound, min over layer-to-device assignments of the fill/drain-aware load).
 
-    Falls back to `problem.layer_bound()` when pulp is missing or CBC does not prove optimality
+    Falls back to `layer_bound(problem)` when pulp is missing or CBC does not prove optimality
     within `time_limit_s` (an unproven incumbent is not a bound).
     """
-    base = problem.layer_bound()
+    base = layer_bound(problem)
     try:
         import pulp
     except ImportError:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.plan import partition_from_sizes
+from octopipe.plan import Partition
 from octopipe.tune.listsched import ListResult, StageArrays, list_schedule
 
 INF_LIMIT = math.inf
@@ -27,9 +28,9 @@ KIND_RANKS: tuple[tuple[int, int, int], ...] = ((1, 0, 2), (2, 0, 1), (0, 1, 2))
 
 @dataclass(frozen=True)
 class Candidate:
-    """Partition sizes, placement and policy; hashable, so evaluations are cached."""
+    """Partition, placement and policy; hashable, so evaluations are cached."""
 
-    sizes: tuple[int, ...]
+    partition: Partition               # layer sizes given as a sequence of ints become one
     placement: tuple[int, ...]
     split: bool = True
     inflight: float = 1.0              # limit[s] = max(1, round(inflight * (S - s) / chunks))
@@ -40,19 +41,20 @@ class Candidate:
     origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sizes", tuple(int(x) for x in self.sizes))
+        if not isinstance(self.partition, Partition):
+            object.__setattr__(self, "partition", Partition(tuple(self.partition)))
         object.__setattr__(self, "placement", tuple(int(x) for x in self.placement))
-        if len(self.sizes) != len(self.placement):
-            raise ConfigError(f"candidate has {len(self.sizes)} stage sizes but {len(self.placement)} "
+        if len(self.partition) != len(self.placement):
+            raise ConfigError(f"candidate has {len(self.partition)} stage sizes but {len(self.placement)} "
                               "placed stages")
 
     @property
-    def n_stages(self) -> int:
-        return len(self.sizes)
+    def sizes(self) -> tuple[int, ...]:
+        return self.partition.sizes
 
     @property
-    def partition(self) -> tuple[tuple[int, int], ...]:
-        return partition_from_sizes(self.sizes)
+    def n_stages(self) -> int:
+        return len(self.placement)
 
     def limits(self, n_devices: int) -> np.ndarray:
         S = self.n_stages
@@ -107,93 +109,38 @@ class Problem:
         return self.costs.n_layers
 
     def layer_work(self) -> np.ndarray:
-        """[L, D] seconds of F+I+W of each layer on each device, per micro-batch."""
-        c = self.costs
-        return (c.f + c.i + c.w)[:, self.kind_col]
+        """[L, D] seconds of F+I+W of each layer on each device, per micro-batch (read-only)."""
+        work = self.__dict__.get("_work")
+        if work is None:
+            work = self.costs.work[:, self.kind_col]
+            work.setflags(write=False)
+            object.__setattr__(self, "_work", work)
+        return work
 
-    def lower_bound(self) -> float:
-        """Total work over the devices: no bubbles, no exposed transfers, perfect balance.
-
-        With mixed device kinds each layer is charged at its fastest kind and the work is
-        shared in proportion to device speed, which keeps the bound valid.
-        """
-        work = self.layer_work()
-        speed = work.sum(axis=0)
-        per_dev_rate = speed.min() / speed           # relative throughput of each device
-        fastest = work.min(axis=1).sum()
-        return float(self.n_microbatches * fastest / per_dev_rate.sum())
-
-    def layer_bound(self) -> float:
-        """A tighter bound for coarse models: layers are never split, so the device holding
-        layer l cannot start it before micro-batch 0's forward has crossed every earlier layer,
-        and then owes all of layer l's work: max_l (sum_{j<l} f_j + M * work_l). Its weight
-        gradients may wait, but after its last input gradient that micro-batch still needs the
-        input gradients of every earlier layer and layer 0's weight gradient:
-        sum_{j<l} f_j + M * (f_l + i_l) + sum_{j<l} i_j + w_0 (l >= 1). Never below
-        `lower_bound`."""
-        c = self.costs
-        f = c.f[:, self.kind_col].min(axis=1)
-        i = c.i[:, self.kind_col].min(axis=1)
-        w0 = float(c.w[0, self.kind_col].min())
-        work = self.layer_work().min(axis=1)
-        M = self.n_microbatches
-        before = np.concatenate([[0.0], np.cumsum(f)[:-1]])
-        chain = np.concatenate([[0.0], np.cumsum(i)[:-1] + w0])
-        fill = before + M * work
-        drain = before + M * np.minimum(f + i, work) + chain
-        return max(self.lower_bound(), float(fill.max()), float(drain.max()))
-
-    def _prefix(self) -> dict[str, np.ndarray]:
-        pre = self.__dict__.get("_pre")
-        if pre is None:
-            c = self.costs
-            pre = {name: np.vstack([np.zeros((1, arr.shape[1])), np.cumsum(arr, axis=0)])
-                   for name, arr in (("f", c.f), ("i", c.i), ("w", c.w))}
-            for name in ("act_bytes", "w_act_bytes", "static_bytes"):
-                pre[name] = np.concatenate([[0.0], np.cumsum(getattr(c, name))])
-            pre["out"] = np.asarray(c.out_bytes, dtype=np.float64)
-            object.__setattr__(self, "_pre", pre)
-        return pre
+    def stages(self, cand: Candidate) -> StageCosts:
+        """The candidate's per-stage costs, each stage on its device's kind."""
+        return StageCosts.bind(self.costs, cand.partition, cand.placement, self.kind_col)
 
     def arrays(self, cand: Candidate) -> StageArrays:
-        pre = self._prefix()
-        dev = np.asarray(cand.placement, dtype=np.int32)
-        b = np.concatenate([[0], np.cumsum(cand.sizes)])
-        lo, hi = b[:-1], b[1:]
-        col = self.kind_col[dev]
-        f = pre["f"][hi, col] - pre["f"][lo, col]
-        i = pre["i"][hi, col] - pre["i"][lo, col]
-        w = pre["w"][hi, col] - pre["w"][lo, col]
+        """What the list scheduler needs: durations (I + W as B without split backward), boundary
+        delays, activation bytes and each device's capacity left after its static bytes."""
+        st = self.stages(cand)
+        dev = st.placement.astype(np.int32)
+        f, i, w = st.f, st.i, st.w
         dur = np.stack([f, i, w], axis=1) if cand.split else np.stack([f, i + w, np.zeros_like(f)], axis=1)
-        act = pre["act_bytes"][hi] - pre["act_bytes"][lo]
-        wact = pre["w_act_bytes"][hi] - pre["w_act_bytes"][lo]
-        static = np.bincount(dev, weights=pre["static_bytes"][hi] - pre["static_bytes"][lo],
-                             minlength=self.n_devices)
-        S = len(dev)
-        comm_f = np.zeros(S)
-        comm_b = np.zeros(S)
-        for s in np.flatnonzero(dev[:-1] != dev[1:]):
-            t = self.cluster.transfer_time(int(dev[s]), int(dev[s + 1]), float(pre["out"][hi[s] - 1]))
-            comm_f[s] = t
-            comm_b[s + 1] = t
+        act = st.act_bytes
+        static = st.per_device(st.static_bytes, self.n_devices)
+        t = st.boundary_transfers(self.cluster)
+        comm_f = np.concatenate([t, [0.0]])
+        comm_b = np.concatenate([[0.0], t])
         cap = self.memory_bytes - static
-        free_i = act - wact if cand.split else act
+        free_i = act - st.w_act_bytes if cand.split else act
         return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
-
-    def static_bytes(self, cand: Candidate) -> np.ndarray:
-        out = np.zeros(self.n_devices)
-        for (lo, hi), d in zip(cand.partition, cand.placement):
-            out[d] += self.costs.range_sum("static_bytes", lo, hi)
-        return out
 
     def device_load(self, cand: Candidate) -> np.ndarray:
         """[D] seconds of compute per micro-batch on each device (the static balance)."""
-        work = self.layer_work()
-        pref = np.vstack([np.zeros((1, work.shape[1])), np.cumsum(work, axis=0)])
-        load = np.zeros(self.n_devices)
-        for (lo, hi), d in zip(cand.partition, cand.placement):
-            load[d] += pref[hi, d] - pref[lo, d]
-        return load
+        st = self.stages(cand)
+        return st.per_device(st.work, self.n_devices)
 
     def estimate(self, cand: Candidate) -> ListResult:
         """Run the candidate's policy through the list scheduler (the cheap estimate)."""

@@ -13,6 +13,8 @@ import numpy as np
 
 from octopipe.errors import DeadlockError
 from octopipe.plan import Plan
+from octopipe.sim.result import SimResult
+from octopipe.sim.simulator import simulate
 from octopipe.tune.attribution import Attribution, attribute_sim
 from octopipe.tune.candidate import Problem
 
@@ -24,7 +26,7 @@ class Evaluated:
     name: str
     group: str                       # "uniform", "balanced" or "octopipe"
     plan: Plan | None
-    sim: object | None = None        # octopipe.sim.result.SimResult
+    sim: SimResult | None = None
     feasible: bool = False
     note: str = ""
     checks: dict = field(default_factory=dict)
@@ -49,9 +51,8 @@ class Evaluated:
                 "n_stages": len(self.plan.partition) if self.plan else 0}
 
 
-def simulate_plan(problem: Problem, plan: Plan):
+def simulate_plan(problem: Problem, plan: Plan) -> SimResult:
     """The simulator's strict-order run of `plan` under the problem's communication semantics."""
-    from octopipe.sim.simulator import simulate
     return simulate(plan, problem.costs, problem.cluster, policy="strict", semantics=problem.semantics)
 
 

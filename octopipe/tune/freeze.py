@@ -1,6 +1,8 @@
 """Freeze a candidate's executed order into a ScheduleTable and a Plan."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
 from octopipe.errors import InfeasibleError
@@ -29,14 +31,16 @@ def to_table(cand: Candidate, result: ListResult, n_devices: int, n_microbatches
 
 
 def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
-            model: str = "", meta: dict | None = None) -> Plan:
+            model: str = "", meta: dict | None = None, shards: Mapping[int, int] | None = None) -> Plan:
+    """The candidate's frozen table as a plan; `shards`: the layers the problem's model split."""
     result = result if result is not None else problem.estimate(cand)
     table = to_table(cand, result, problem.n_devices, problem.n_microbatches)
     meta = dict(meta or {})
     meta.setdefault("policy", {"split_backward": cand.split, "inflight": _num(cand.inflight),
                                "kind_rank": list(cand.kind_rank), "f_tiebreak": cand.f_tiebreak,
                                "b_tiebreak": cand.b_tiebreak, "w_pressure": cand.w_pressure})
-    return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=meta)
+    return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=meta,
+                shards=shards or {})
 
 
 def _num(x: float):

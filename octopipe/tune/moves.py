@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from octopipe.plan import Partition
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.balance import refine_balance
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
@@ -42,7 +43,7 @@ def shift_layer(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
     work = _layer_work(problem)
     out: list[Move] = []
     sizes, pl = list(c.sizes), c.placement
-    lo = np.concatenate([[0], np.cumsum(sizes)])
+    lo = c.partition.bounds
     for b in range(len(sizes) - 1):
         da, db = pl[b], pl[b + 1]
         if sizes[b] > 1:        # last layer of stage b → stage b+1
@@ -51,14 +52,14 @@ def shift_layer(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
             new[b] -= 1
             new[b + 1] += 1
             ben = (pr[db] - pr[da]) * work[layer, db]
-            out.append((c.with_(sizes=tuple(new)), float(ben)))
+            out.append((c.with_(partition=Partition(tuple(new))), float(ben)))
         if sizes[b + 1] > 1:    # first layer of stage b+1 → stage b
             layer = int(lo[b + 1])
             new = sizes.copy()
             new[b] += 1
             new[b + 1] -= 1
             ben = (pr[da] - pr[db]) * work[layer, da]
-            out.append((c.with_(sizes=tuple(new)), float(ben)))
+            out.append((c.with_(partition=Partition(tuple(new))), float(ben)))
     return out
 
 
@@ -68,7 +69,7 @@ def move_stage(c: Candidate, problem: Problem, pr: np.ndarray, devices: list[int
     work = _layer_work(problem)
     count = np.bincount(np.asarray(c.placement), minlength=D)
     pl = c.placement
-    lo = np.concatenate([[0], np.cumsum(c.sizes)])
+    lo = c.partition.bounds
     out: list[Move] = []
     for s, src in enumerate(pl):
         if count[src] <= 1:
@@ -87,7 +88,7 @@ def swap_stages(c: Candidate, problem: Problem, pr: np.ndarray, focus: set[int] 
     """Exchange the devices of two stages on different devices."""
     work = _layer_work(problem)
     pl = c.placement
-    lo = np.concatenate([[0], np.cumsum(c.sizes)])
+    lo = c.partition.bounds
     cost = [work[lo[s]:lo[s + 1], pl[s]].sum() for s in range(len(pl))]
     out: list[Move] = []
     S = len(pl)
@@ -111,7 +112,7 @@ def split_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
     work = _layer_work(problem)
     pl, sizes = list(c.placement), list(c.sizes)
     S = len(sizes)
-    lo = np.concatenate([[0], np.cumsum(sizes)])
+    lo = c.partition.bounds
     out: list[Move] = []
     order = np.argsort(-pr)
     for s in range(S):
@@ -132,7 +133,7 @@ def split_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
                             continue
                         new_pl = pl[:s] + [d] + pl[s:]
                     new_sz = sizes[:s] + [cut, sizes[s] - cut] + sizes[s + 1:]
-                    out.append((c.with_(sizes=tuple(new_sz), placement=tuple(new_pl)), 0.0))
+                    out.append((c.with_(partition=Partition(tuple(new_sz)), placement=tuple(new_pl)), 0.0))
                     break
         if s + 1 < S:
             for keep in (pl[s], pl[s + 1]):
@@ -140,7 +141,7 @@ def split_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
                 if len(set(new_pl)) < D:
                     continue
                 new_sz = sizes[:s] + [sizes[s] + sizes[s + 1]] + sizes[s + 2:]
-                out.append((c.with_(sizes=tuple(new_sz), placement=tuple(new_pl)), 0.0))
+                out.append((c.with_(partition=Partition(tuple(new_sz)), placement=tuple(new_pl)), 0.0))
     return out
 
 
@@ -148,7 +149,7 @@ def rebalance(c: Candidate, problem: Problem) -> list[Move]:
     """Re-place stages to lower the largest static device load (a compound placement move)."""
     work = _layer_work(problem)
     pl = c.placement
-    lo = np.concatenate([[0], np.cumsum(c.sizes)])
+    lo = c.partition.bounds
     sw = np.array([work[lo[s]:lo[s + 1], pl[s]].sum() for s in range(len(pl))])
     new = refine_balance(sw, pl, problem.n_devices)
     return [] if new == pl else [(c.with_(placement=new), 1.0)]

@@ -10,17 +10,19 @@ overflows is rolled back.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from octopipe.errors import DeadlockError, ScheduleError
 from octopipe.plan import Plan
 from octopipe.schedule.validate import data_predecessors
+from octopipe.sim.result import SimResult
 from octopipe.tune.candidate import Problem
 from octopipe.tune.evaluate import simulate_plan
 
 
-def _gaps(sim) -> list[tuple[float, int, int, float]]:
+def _gaps(sim: SimResult) -> list[tuple[float, int, int, float]]:
     """(length, device, row position of the action after the gap, gap start), largest first."""
     out = []
     for d, ids in enumerate(sim.order):
@@ -34,8 +36,9 @@ def _gaps(sim) -> list[tuple[float, int, int, float]]:
     return out
 
 
-def advance_into_bubbles(problem: Problem, plan: Plan, sim, time_budget_s: float,
-                         max_gaps: int = 16, tries_per_gap: int = 3):
+def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, time_budget_s: float,
+                         max_gaps: int = 16, tries_per_gap: int = 3
+                         ) -> tuple[Plan, SimResult, list[str]]:
     """Returns (plan, sim, accepted moves); never returns a slower or infeasible plan."""
     t0 = time.perf_counter()
     accepted: list[str] = []
@@ -58,7 +61,7 @@ def advance_into_bubbles(problem: Problem, plan: Plan, sim, time_budget_s: float
             new_row = row[:j] + [a] + row[j:k] + row[k + 1:]
             rows = list(plan.table.rows)
             rows[d] = tuple(new_row)
-            cand = Plan(plan.partition, plan.table.with_rows(rows), plan.model, plan.cluster, plan.meta)
+            cand = replace(plan, table=plan.table.with_rows(rows))
             try:
                 new_sim = simulate_plan(problem, cand)
             except (DeadlockError, ScheduleError):

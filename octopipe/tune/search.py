@@ -16,9 +16,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from octopipe.config.tuner import TunerConfig
+from octopipe.errors import InfeasibleError
+from octopipe.plan import Partition
 from octopipe.schedule.table import loop_placement, v_placement
 from octopipe.tune.attribution import from_list_result
-from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
+from octopipe.tune.balance import lpt_placement, refine_balance
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.layout_bound import layout_bound
 from octopipe.tune.moves import neighbours, perturb
@@ -64,15 +66,14 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
     counts = sorted({D * v for v in range(1, max_chunks + 1) if D * v <= L}
                     | {min(L, max(D, int(round(L * f)))) for f in (0.5, 0.75, 1.0)})
     for S in counts:
-        sizes = balanced_sizes(work, S)
+        part = Partition.balanced(work, S)
         fams = []
         if S % D == 0:
             v = S // D
             fams.append((f"loop{v}", loop_placement(D, v)))
             if v >= 2:
                 fams.append((f"v{v}", v_placement(D, v)))
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        sw = ps[bounds[1:]] - ps[bounds[:-1]]
+        sw = ps[part.bounds[1:]] - ps[part.bounds[:-1]]
         lpt = lpt_placement(sw, D)
         fams.append((f"lpt{S}", lpt))
         fams.append((f"lpt{S}+", refine_balance(sw, lpt, D)))
@@ -82,7 +83,7 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
         for fam, pl in fams:
             for split in (True, False):
                 for infl in (1.0, 2.0, math.inf):
-                    out.append(Candidate(sizes, pl, split, infl, origin=fam))
+                    out.append(Candidate(part, pl, split, infl, origin=fam))
     return out
 
 
@@ -183,7 +184,6 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
 
 
 def raise_infeasible(problem: Problem) -> None:
-    from octopipe.errors import InfeasibleError
     need = problem.costs.static_bytes.sum()
     have = problem.memory_bytes.sum()
     raise InfeasibleError(

@@ -179,9 +179,9 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
     costs, cluster = _costs(cfg, config, model, 2)
     (plan,) = _plans(cfg, config, model, costs, cluster)
     assert len(list((tmp_path / "cache").glob("*.json"))) > len(set(model.layers))   # pieces measured
-    if plan.meta.get("shards"):
+    if plan.shards:
         sharded = plan_model(model, plan)
-        assert sharded.n_layers == model.n_layers + sum(v - 1 for v in plan.meta["shards"].values())
+        assert sharded.n_layers == model.n_layers + sum(v - 1 for v in plan.shards.values())
         assert plan.n_layers == sharded.n_layers
     else:       # measured times vary: a whole-layer baseline may beat every split plan
         assert plan.meta["origin"].startswith("baseline"), plan.meta

@@ -53,3 +53,21 @@ def test_list_result_attribution_sums_to_idle():
     assert np.allclose(sum(getattr(a, k) for k in CAUSES), a.idle)
     assert a.transfer.sum() > 0                     # the 0.3 s links show up
     assert a.largest()[0] in CAUSES
+
+
+def test_the_tuners_causes_are_groups_of_the_simulators():
+    from octopipe.plan import Partition, Plan
+    from octopipe.schedule.library import build_schedule
+    from octopipe.sim import simulate
+    from octopipe.sim.result import CAUSES as SIM_CAUSES, DEPENDENCY, BubbleCause
+    from octopipe.tune.attribution import attribute_sim
+    costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0, out_bytes=1e9)
+    table = build_schedule("zbh1", 4, 6)
+    sim = simulate(Plan(Partition.uniform(8, 4), table), costs, free_cluster(4, latency=0.2, bandwidth=1e10))
+    a = attribute_sim(sim)
+    bc = sim.bubble_causes
+    assert SIM_CAUSES == tuple(c.value for c in BubbleCause)
+    assert np.allclose(a.imbalance + a.edges, sum(bc[:, c.column] for c in DEPENDENCY))
+    assert np.array_equal(a.transfer, bc[:, BubbleCause.WAIT_TRANSFER.column])
+    assert np.array_equal(a.memory, bc[:, BubbleCause.MEMORY.column])
+    assert np.allclose(sum(getattr(a, k) for k in CAUSES), sim.idle)

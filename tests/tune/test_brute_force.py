@@ -8,6 +8,7 @@ import pytest
 from octopipe.cost.table import CostTable
 from octopipe.schedule.action import Action, B, F, I, W
 from octopipe.tune import Problem, tune
+from octopipe.tune.bounds import layer_bound, lower_bound
 
 from .helpers import free_cluster
 
@@ -120,7 +121,7 @@ def test_tuner_reaches_brute_force_optimum(f, D, M, splits, max_stages):
     assert res.makespan_s <= opt * (1 + 1e-9), f"tuner {res.makespan_s} vs optimum {opt}"
     # the bounds the reports divide by are valid: no plan beats them
     pb = Problem.build(costs, cluster, D, M)
-    assert pb.lower_bound() <= pb.layer_bound() <= min(opt, res.makespan_s) * (1 + 1e-9)
+    assert lower_bound(pb.layer_work(), M) <= layer_bound(pb) <= min(opt, res.makespan_s) * (1 + 1e-9)
 
 
 def test_split_backward_optimum_with_two_microbatches():
@@ -143,7 +144,7 @@ def test_device_bound_is_valid(f, D, M, splits, max_stages):
     costs, cluster = _costs(f), free_cluster(D)
     opt = brute_force(costs, cluster, D, M, splits, max_stages)
     pb = Problem.build(costs, cluster, D, M)
-    assert pb.layer_bound() <= device_bound(pb) <= opt * (1 + 1e-9)
+    assert layer_bound(pb) <= device_bound(pb) <= opt * (1 + 1e-9)
 
 
 def test_device_bound_counts_whole_layers():
@@ -152,5 +153,5 @@ def test_device_bound_counts_whole_layers():
     costs, cluster = _costs([1.0] * 5), free_cluster(2)
     pb = Problem.build(costs, cluster, 2, 4)
     work = 1.0 + 0.75 + 0.5
-    assert pb.lower_bound() == pytest.approx(4 * 5 * work / 2)
+    assert lower_bound(pb.layer_work(), pb.n_microbatches) == pytest.approx(4 * 5 * work / 2)
     assert device_bound(pb) >= 4 * 3 * work * (1 - 1e-9)

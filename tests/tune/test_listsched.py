@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from octopipe.cost.table import CostTable
+from octopipe.plan import Partition
+from octopipe.tune.bounds import lower_bound
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.listsched import StageArrays, compiled, list_schedule
 from .helpers import free_cluster
@@ -70,7 +72,7 @@ def test_c_engine_matches_python_engine():
 def test_problem_estimate_uses_costs_and_lower_bound():
     costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0)
     pb = Problem.build(costs, free_cluster(4), 4, 8)
-    assert pb.lower_bound() == pytest.approx(8 * 8 * 3.0 / 4)
+    assert lower_bound(pb.layer_work(), pb.n_microbatches) == pytest.approx(8 * 8 * 3.0 / 4)
     c = Candidate((2, 2, 2, 2), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2))
     r = pb.estimate(c)
     assert r.makespan == pytest.approx((8 + 3) * 6.0)
@@ -79,13 +81,13 @@ def test_problem_estimate_uses_costs_and_lower_bound():
 def test_balance_helpers_against_brute_force():
     import itertools
 
-    from octopipe.tune.balance import balanced_sizes, lpt_placement, refine_balance
+    from octopipe.tune.balance import lpt_placement, refine_balance
     rng = np.random.default_rng(3)
     for _ in range(40):
         L = int(rng.integers(2, 8))
         S = int(rng.integers(1, L + 1))
         w = rng.random(L)
-        sizes = balanced_sizes(w, S)
+        sizes = Partition.balanced(w, S).sizes
         ps = np.concatenate([[0.0], np.cumsum(w)])
         got = max(ps[b] - ps[a] for a, b in zip(np.cumsum((0,) + sizes[:-1]), np.cumsum(sizes)))
         best = min(max(ps[b] - ps[a] for a, b in zip((0,) + cuts, cuts + (L,)))

@@ -52,7 +52,7 @@ def test_split_plan_resimulates_through_mode_simulate(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     plan = load_plan(out / "plan.json")
     if summary["split_layers"]:           # the tuner may still prefer a whole-layer baseline
-        assert {int(k): v for k, v in plan.meta["shards"].items()} == \
+        assert plan.shards == \
             {int(k): v for k, v in summary["split_layers"].items()}
     sim = tmp_path / "sim"
     proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=simulate", *base,

@@ -44,8 +44,8 @@ def test_tuner_splits_a_head_that_bounds_every_whole_layer_plan():
                  splitter=row_splitter(costs, [False] * 8 + [True]))
     # whole layers: the head's device owes 16 x 24 ms at least; total work / 4 = 16 x 12 ms
     assert whole.makespan_s >= 16 * 24e-3
-    assert whole.split_counts == {} and "shards" not in whole.plan.meta
-    assert split.plan.meta["shards"] == split.split_counts and split.split_counts[8] >= 2
+    assert whole.split_counts == {} and whole.plan.shards == {} and "shards" not in whole.plan.meta
+    assert split.plan.shards == split.split_counts and split.split_counts[8] >= 2
     assert split.makespan_s < 0.8 * whole.makespan_s
     assert split.lower_bound_s == whole.lower_bound_s
     assert split.makespan_s >= split.lower_bound_s
@@ -57,7 +57,7 @@ def test_split_plan_round_trips_and_resimulates(tmp_path):
     assert res.costs.n_layers == res.plan.n_layers
     save_plan(res.plan, tmp_path / "plan.json", tmp_path / "plan.csv")
     back = load_plan(tmp_path / "plan.json")
-    assert {int(k): v for k, v in back.meta.get("shards", {}).items()} == res.split_counts
+    assert back.shards == res.split_counts and back == res.plan
     assert simulate(back, res.costs, cl).makespan \
         == pytest.approx(res.makespan_s, rel=1e-9)
     for b in res.baselines:
