@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from octopipe.experiments.published import Case, Outcome, Results, speedups
+from octopipe.experiments.published_results import Case, Outcome, Results, speedups
 from octopipe.modes.result import Artifact
 
 
