@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
+from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -70,7 +71,6 @@ def check_composition(argv: list[str]) -> None:
     The values themselves are checked by `load` when the run starts (one line, exit 2)."""
     if any(a.startswith("-") for a in argv):
         return
-    from hydra import compose, initialize_config_dir
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             compose("config", overrides=[a for a in argv if "=" in a])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from octopipe.config.convert import convert
 from octopipe.config.loader import cost_config
 from octopipe.config.store import GROUP_SCHEMAS
@@ -22,7 +24,6 @@ def preset(group: str, name: str) -> Any:
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown {group} preset {name!r}; valid: {', '.join(preset_names(group))}")
-    from omegaconf import OmegaConf  # the YAML reader Hydra uses; plain values come out
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if group == "cost":
         return cost_config({"source": _schema_source(raw), **raw})

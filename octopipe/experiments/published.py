@@ -44,7 +44,13 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.progress import case_progress
+from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim import simulate
+from octopipe.tune import tune
+from octopipe.tune.bounds import device_bound
+from octopipe.tune.candidate import Problem
+from octopipe.tune.split import row_splitter
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
 COMMS = ("free", "node")
@@ -128,13 +134,11 @@ def comm_free(cluster: Cluster) -> Cluster:
 
 
 def schedule_table(name: str, n_devices: int, n_microbatches: int, chunks: int) -> ScheduleTable:
-    from octopipe.schedule.library import build_schedule
     return build_schedule(name, n_devices, n_microbatches, chunks)
 
 
 def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
     """Strict, eager-communication simulation of a plan: its makespan in seconds."""
-    from octopipe.sim import simulate
     return float(simulate(plan, costs, cluster).makespan)
 
 
@@ -163,29 +167,17 @@ def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     return ok, fixed
 
 
-def tuner_available() -> bool:
-    try:
-        from octopipe.tune import tune  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: TunerConfig,
                        solver_cfg: SolverConfig, seed: int, splittable: Sequence[bool] = (),
-                       fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable] | None:
+                       fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable]:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
-    profile's rows, or them split into pieces); None when no tuner is installed.
+    profile's rows, or them split into pieces).
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
     n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (rows with an MLP,
     MoE or head part; pieces were not measured: they share the splittable part of the row
     evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
     """
-    if not tuner_available():
-        return None
-    from octopipe.tune import tune
-    from octopipe.tune.split import row_splitter
     splittable = list(splittable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=tuner_cfg,
                   solver_cfg=solver_cfg, seed=seed, model=case.profile,
@@ -236,13 +228,9 @@ def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Clust
                    {int(k): int(v) for k, v in (plan.meta or {}).get("shards", {}).items()})
 
 
-def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float | None:
+def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float:
     """The tuner's whole-layer bound (fill/drain per device, transfers free, so valid for both
-    comm settings); None without the tuner package."""
-    if not tuner_available():
-        return None
-    from octopipe.tune.bounds import device_bound
-    from octopipe.tune.candidate import Problem
+    comm settings)."""
     return device_bound(Problem.build(costs, comm_free(cluster), case.devices, case.microbatches),
                         time_limit_s=2.0)
 
@@ -315,15 +303,12 @@ _CHECK_NODE = {"name": "check", "device": "H800", "peak_tflops": 989, "memory_gb
 def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: TunerConfig,
               solver_cfg: SolverConfig, seed: int,
               progress: Callable[[str], None] = lambda s: None) -> Results:
-    res = Results(tuner=bool(exp.get("tuner", True)) and tuner_available())
-    if not exp.get("tuner", True):
+    res = Results(tuner=bool(exp.get("tuner", True)))
+    if not res.tuner:
         res.note = "experiment.tuner=false: baselines only, no OctoPipe plan and no speedups."
-    elif not res.tuner:
-        res.note = ("octopipe.tune.tune is not available in this build: baselines only, no "
-                    "OctoPipe plan and no speedups.")
     chunks = int(exp["interleaved_chunks"])
     names = tuple(exp.get("baselines") or BASELINES)
-    bounds: dict[tuple[str, int, int], float | None] = {}
+    bounds: dict[tuple[str, int, int], float] = {}
     for case in cases(exp):
         progress(case.label)
         node = node_cluster(exp["node"], case.devices)
@@ -335,15 +320,13 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Tune
         if res.tuner:
             splittable, fixed = (split_shares(load_preset(case.profile), costs)
                                  if exp.get("split_layers", True) else ([], None))
-            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed, splittable,
-                                       fixed)
-            if tuned is not None:
-                plan, seconds, plan_costs = tuned
-                key = (case.profile, case.devices, case.microbatches)
-                if key not in bounds:
-                    bounds[key] = device_bound_s(costs, cluster, case)
-                res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
-                                             tuner_s=seconds, device_bound=bounds[key]))
+            plan, seconds, plan_costs = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg,
+                                                           seed, splittable, fixed)
+            key = (case.profile, case.devices, case.microbatches)
+            if key not in bounds:
+                bounds[key] = device_bound_s(costs, cluster, case)
+            res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
+                                         tuner_s=seconds, device_bound=bounds[key]))
     return res
 
 

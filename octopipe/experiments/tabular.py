@@ -290,9 +290,9 @@ def _best_set(rows: list[dict], key: str) -> tuple[str, ...]:
 
 
 def _plot(points: list[dict], ex: Any, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only for the figure
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figure
     idx = _index(points)
     mbs = [int(b) for b in ex.microbatches]
     fig, axes = plt.subplots(len(ex.stages), 3, figsize=(13, 3.6 * len(ex.stages)), squeeze=False)
