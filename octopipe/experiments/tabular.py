@@ -30,7 +30,7 @@ from octopipe.modes.artifacts import text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.schedule.idealized import idealize
-from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches
+from octopipe.schedule.library import bubble_ratio, build_schedule
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
 from octopipe.sim.durations import bind
