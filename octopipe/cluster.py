@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from octopipe.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DeviceKind:
@@ -52,7 +54,6 @@ class Cluster:
 
     def restrict(self, n: int) -> "Cluster":
         """The first `n` ranks (a pipeline of n devices on this cluster)."""
-        from octopipe.errors import ConfigError
         if not 1 <= n <= self.n_devices:
             raise ConfigError(f"pp={n}: cluster {self.name!r} has {self.n_devices} devices; "
                               f"choose pp between 1 and {self.n_devices} or a larger cluster")

@@ -9,11 +9,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def _jsonable(x: Any) -> Any:
-    import numpy as np
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, np.ndarray):

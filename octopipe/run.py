@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
+from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -22,12 +23,11 @@ from rich.console import Console
 from octopipe.config import Config, load, register
 from octopipe.config.schema import MODES
 from octopipe.errors import OctoPipeError
-from octopipe.io import CONF_DIR, preset_names, write_json
+from octopipe.io import CONF_DIR, preset_names
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
 
 GROUPS = ("model", "cluster", "schedule", "solver", "tuner", "runtime", "cost", "experiment")
-UNCONVERTED = {"octopipe.modes.execute"}    # still `run(cfg, out_dir) -> dict` on the raw config
 
 
 def fail(message: str) -> NoReturn:
@@ -71,7 +71,6 @@ def check_composition(argv: list[str]) -> None:
     The values themselves are checked by `load` when the run starts (one line, exit 2)."""
     if any(a.startswith("-") for a in argv):
         return
-    from hydra import compose, initialize_config_dir
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             compose("config", overrides=[a for a in argv if "=" in a])
@@ -98,10 +97,6 @@ def dispatch(cfg: DictConfig, out_dir: Path, console: Console | None = None) -> 
                 else f"mode={config.mode}"
             raise OctoPipeError(f"{what} is not available in this version") from e
         raise
-    if target in UNCONVERTED:
-        summary = {"mode": config.mode, **module.run(cfg, out_dir)}
-        write_json(out_dir / "summary.json", summary)
-        return summary
     inputs = Inputs(config, interactive=console.is_terminal,
                     progress=lambda line: console.print(f"[dim]{line}[/dim]"))
     return publish(module.run(inputs), config.mode, out_dir, console)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from typing import Any
 from dataclasses import dataclass, replace
 
 import pulp

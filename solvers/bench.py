@@ -24,11 +24,10 @@ import numpy as np
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.table import CostTable
 from octopipe.io import write_json
-from octopipe.load import load_inputs
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.lower import lower
 from solvers.backend import SolverConfig
-from solvers.compare import preset_config
+from solvers.compare import preset_costs
 from solvers.dp import dp_partition
 from solvers.instance import PartitionInstance
 from solvers.partition_ilp import solve_instance
@@ -64,7 +63,6 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
 
 
 def preset_instance(model: str, cluster: str, n_layers: int, pp: int) -> PartitionInstance:
-    from solvers.compare import preset_costs
     cl, costs = preset_costs(model, cluster, pp)
     return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)), "1f1b", 32)
 

@@ -254,7 +254,7 @@ def print_table(rows: list[dict], summary: dict) -> None:
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib  # heavy: loaded only when a figure is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figure
     fig, ax = plt.subplots(figsize=(8, 5))
     for m in sorted({r["method"] for r in rows}):
         pts = sorted((r["size"], max(r["solve_time_s"], 1e-5)) for r in rows if r["method"] == m)

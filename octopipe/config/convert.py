@@ -13,6 +13,8 @@ import types
 import typing
 from typing import Any, Literal, Mapping, TypeVar, Union
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
 from octopipe.config.fields import Bounds, bounds_of
 from octopipe.errors import ConfigError
 
@@ -21,11 +23,7 @@ T = TypeVar("T")
 
 def to_plain(raw: Any) -> Any:
     """A DictConfig/ListConfig (or anything mapping-like) as plain dicts and lists."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # omegaconf is a dependency; plain dicts work without it
-        DictConfig = ListConfig = ()
-    if DictConfig and isinstance(raw, (DictConfig, ListConfig)):
+    if isinstance(raw, (DictConfig, ListConfig)):
         return OmegaConf.to_container(raw, resolve=True)
     return raw
 

@@ -23,7 +23,7 @@ with its figures: see `published_check`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -37,77 +37,24 @@ from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, descri
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.model.shard import SPLIT_DIM
+from octopipe.experiments import published_report as report
 from octopipe.experiments.published_gate import gated_makespan
+from octopipe.experiments.published_results import Case, CheckRow, Outcome, Results
+from octopipe.model.shard import SPLIT_DIM
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
 from octopipe.plan import Partition, Plan, uniform_partition
 from octopipe.progress import case_progress
+from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
-from octopipe.tune.bounds import lower_bound
+from octopipe.sim import simulate
+from octopipe.tune import tune
+from octopipe.tune.bounds import device_bound, lower_bound
+from octopipe.tune.candidate import Problem
+from octopipe.tune.split import row_splitter
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
 COMMS = ("free", "node")
-
-
-@dataclass(frozen=True)
-class Case:
-    profile: str
-    devices: int
-    microbatches: int
-    comm: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.profile} p={self.devices} m={self.microbatches} comm={self.comm}"
-
-
-@dataclass(frozen=True, eq=False)
-class Outcome:
-    """One schedule on one case: simulated makespan and the devices' compute seconds."""
-
-    case: Case
-    schedule: str
-    makespan_s: float
-    busy_s: np.ndarray
-    lower_bound_s: float
-    partition: tuple[tuple[int, int], ...]
-    placement: tuple[int, ...]
-    tuner_s: float | None = None
-    device_bound_s: float | None = None    # whole layers + fill/drain (octopipe.tune.bounds)
-    shards: dict = field(default_factory=dict)   # profile row -> pieces the plan split it into
-
-    @property
-    def bubble_ratio(self) -> np.ndarray:
-        return 1.0 - self.busy_s / self.makespan_s
-
-    @property
-    def efficiency(self) -> float:
-        return self.lower_bound_s / self.makespan_s
-
-    @property
-    def cross_device_boundaries(self) -> int:
-        """Stage boundaries whose two sides sit on different devices (a transfer each way)."""
-        return int(sum(a != b for a, b in zip(self.placement, self.placement[1:])))
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "profile": self.case.profile, "devices": self.case.devices,
-            "microbatches": self.case.microbatches, "comm": self.case.comm,
-            "schedule": self.schedule, "makespan_ms": self.makespan_s * 1e3,
-            "bubble_ratio_per_device": [float(x) for x in self.bubble_ratio],
-            "bubble_ratio_mean": float(self.bubble_ratio.mean()),
-            "efficiency_vs_lower_bound": self.efficiency,
-            "lower_bound_ms": self.lower_bound_s * 1e3,
-            "stage_sizes": [hi - lo for lo, hi in self.partition],
-            "placement": list(self.placement),
-            "cross_device_boundaries": self.cross_device_boundaries,
-            "tuner_s": self.tuner_s,
-            "device_bound_ms": None if self.device_bound_s is None else self.device_bound_s * 1e3,
-            "efficiency_vs_device_bound": (None if self.device_bound_s is None
-                                           else self.device_bound_s / self.makespan_s),
-            "split_rows": {str(k): v for k, v in self.shards.items()},
-        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,13 +108,11 @@ def comm_free(cluster: Cluster) -> Cluster:
 
 
 def schedule_table(name: str, n_devices: int, n_microbatches: int, chunks: int) -> ScheduleTable:
-    from octopipe.schedule.library import build_schedule
     return build_schedule(name, n_devices, n_microbatches, chunks)
 
 
 def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
     """Strict, eager-communication simulation of a plan: its makespan in seconds."""
-    from octopipe.sim import simulate
     return float(simulate(plan, costs, cluster).makespan)
 
 
@@ -196,29 +141,17 @@ def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     return ok, fixed
 
 
-def tuner_available() -> bool:
-    try:
-        from octopipe.tune import tune  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: TunerConfig,
                        solver_cfg: SolverConfig, seed: int, splittable: Sequence[bool] = (),
-                       fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable] | None:
+                       fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable]:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
-    profile's rows, or them split into pieces); None when no tuner is installed.
+    profile's rows, or them split into pieces).
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
     n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (rows with an MLP,
     MoE or head part; pieces were not measured: they share the splittable part of the row
     evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
     """
-    if not tuner_available():
-        return None
-    from octopipe.tune import tune
-    from octopipe.tune.split import row_splitter
     splittable = list(splittable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=tuner_cfg,
                   solver_cfg=solver_cfg, seed=seed, model=case.profile,
@@ -269,13 +202,9 @@ def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Clust
                    dict(plan.shards))
 
 
-def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float | None:
+def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float:
     """The tuner's whole-layer bound (fill/drain per device, transfers free, so valid for both
-    comm settings); None without the tuner package."""
-    if not tuner_available():
-        return None
-    from octopipe.tune.bounds import device_bound
-    from octopipe.tune.candidate import Problem
+    comm settings)."""
     return device_bound(Problem.build(costs, comm_free(cluster), case.devices, case.microbatches),
                         time_limit_s=2.0)
 
@@ -289,31 +218,8 @@ def cases(exp: Mapping[str, Any]) -> list[Case]:
             for m in exp["microbatches"] for c in comms]
 
 
-def speedups(outcomes: Sequence[Outcome]) -> dict[str, float]:
-    """Baseline makespan over the OctoPipe plan's, per baseline, and over the best baseline."""
-    ours = [o for o in outcomes if o.schedule == "octopipe"]
-    if not ours:
-        return {}
-    base = {o.schedule: o.makespan_s for o in outcomes if o.schedule != "octopipe"}
-    out = {f"speedup_vs_{k}": v / ours[0].makespan_s for k, v in base.items()}
-    out["speedup_vs_best_baseline"] = min(base.values()) / ours[0].makespan_s
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # The published tool's own baseline conventions
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    schedule: str
-    ours_ms: float
-    published_ms: float
-    convention: str
-
-    @property
-    def difference_ms(self) -> float:
-        return self.ours_ms - self.published_ms
 
 
 def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
@@ -368,26 +274,15 @@ _CHECK_NODE = {"name": "check", "device": "H800", "peak_tflops": 989, "memory_gb
 # The mode-level driver
 
 
-@dataclass
-class Results:
-    outcomes: list[Outcome] = field(default_factory=list)
-    check: list[CheckRow] = field(default_factory=list)
-    tuner: bool = False
-    note: str = ""
-
-
 def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: TunerConfig,
               solver_cfg: SolverConfig, seed: int,
               progress: Callable[[str], None] = lambda s: None) -> Results:
-    res = Results(tuner=bool(exp.get("tuner", True)) and tuner_available())
-    if not exp.get("tuner", True):
+    res = Results(tuner=bool(exp.get("tuner", True)))
+    if not res.tuner:
         res.note = "experiment.tuner=false: baselines only, no OctoPipe plan and no speedups."
-    elif not res.tuner:
-        res.note = ("octopipe.tune.tune is not available in this build: baselines only, no "
-                    "OctoPipe plan and no speedups.")
     chunks = int(exp["interleaved_chunks"])
     names = tuple(exp.get("baselines") or BASELINES)
-    bounds: dict[tuple[str, int, int], float | None] = {}
+    bounds: dict[tuple[str, int, int], float] = {}
     for case in cases(exp):
         progress(case.label)
         node = node_cluster(exp["node"], case.devices)
@@ -399,15 +294,13 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Tune
         if res.tuner:
             splittable, fixed = (split_shares(load_preset(case.profile), costs)
                                  if exp.get("split_layers", True) else ([], None))
-            tuned = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg, seed, splittable,
-                                       fixed)
-            if tuned is not None:
-                plan, seconds, plan_costs = tuned
-                key = (case.profile, case.devices, case.microbatches)
-                if key not in bounds:
-                    bounds[key] = device_bound_s(costs, cluster, case)
-                res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
-                                             tuner_s=seconds, device_bound=bounds[key]))
+            plan, seconds, plan_costs = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg,
+                                                           seed, splittable, fixed)
+            key = (case.profile, case.devices, case.microbatches)
+            if key not in bounds:
+                bounds[key] = device_bound_s(costs, cluster, case)
+            res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
+                                         tuner_s=seconds, device_bound=bounds[key]))
     return res
 
 
@@ -415,8 +308,6 @@ def run(inputs: Inputs) -> Result:
     """Run every case; the tables, plots, report.md and the summary as a Result.
 
     The pure pieces above take the experiment as plain data (`exp`, the typed section's dict)."""
-    from octopipe.experiments import published_report as report  # it imports this module's values
-
     cfg = inputs.config
     if not isinstance(cfg.cost, FileCost):
         raise ConfigError(f"experiment=published runs on profiles: cost={cfg.cost.source} given, "

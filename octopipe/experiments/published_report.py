@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from rich.table import Table
 
-from octopipe.experiments.published import Case, Outcome, Results, speedups
+from octopipe.experiments.published_results import Case, Outcome, Results, speedups
 from octopipe.modes.result import Artifact
 
 
@@ -102,7 +103,6 @@ def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
 
 def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
     """The terminal report: the results table, the conventions check and the note."""
-    from rich.table import Table
     t = Table(title="experiment=published: makespan, efficiency vs lower bound, bubbles")
     for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
                 "per device %", "split", "tuner s"):
@@ -155,9 +155,9 @@ def _write_csv(path: Path, rows: Sequence[dict]) -> None:
 
 
 def _plot_efficiency(path: Path, res: Results) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only for the figures
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figures
     profiles = list(dict.fromkeys(o.case.profile for o in res.outcomes))
     schedules = list(dict.fromkeys(o.schedule for o in res.outcomes))
     fig, axes = plt.subplots(len(profiles), 1, figsize=(12, 3 * max(1, len(profiles))), squeeze=False)
@@ -182,9 +182,9 @@ def _plot_efficiency(path: Path, res: Results) -> None:
 
 
 def _plot_bubbles(path: Path, res: Results, exp: Mapping[str, Any]) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only for the figures
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figures
     ref = exp.get("published_reference", {})
     target = Case(str(ref.get("profile")), int(ref.get("devices", 0)), int(ref.get("microbatches", 0)), "free")
     outs = [o for o in res.outcomes if o.case == target]
@@ -210,9 +210,9 @@ def _plot_speedup(path: Path, res: Results) -> None:
     sp = {c: v["speedup_vs_best_baseline"] for c, v in sp.items() if v}
     if not sp:
         return
-    import matplotlib
+    import matplotlib  # heavy: only for the figures
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figures
     keys = list(dict.fromkeys((c.profile, c.devices, c.microbatches) for c in sp))
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(keys)), 3.5))
     x = np.arange(len(keys))

@@ -30,7 +30,7 @@ from octopipe.modes.artifacts import text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.schedule.idealized import idealize
-from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches
+from octopipe.schedule.library import bubble_ratio, build_schedule
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
 from octopipe.sim.durations import bind
@@ -290,9 +290,9 @@ def _best_set(rows: list[dict], key: str) -> tuple[str, ...]:
 
 
 def _plot(points: list[dict], ex: Any, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only for the figure
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figure
     idx = _index(points)
     mbs = [int(b) for b in ex.microbatches]
     fig, axes = plt.subplots(len(ex.stages), 3, figsize=(13, 3.6 * len(ex.stages)), squeeze=False)

@@ -8,6 +8,7 @@ router, top-k routed and the shared experts), the "active" figure model cards qu
 from __future__ import annotations
 
 from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.shard import shard_span
 from octopipe.model.spec import ModelSpec
 
 
@@ -78,7 +79,6 @@ def _vit_block_params(x: LayerSpec) -> int:
 def _piece_params(x: LayerSpec, active: bool) -> int:
     """Parameters of one piece of a split layer (octopipe.model.shard): the norm, router, shared
     experts and the down projection's bias belong to piece 0; the split dimension is divided."""
-    from octopipe.model.shard import shard_span
     lo, hi = shard_span(x)
     h, first = x.hidden, x.shard == 0
     if x.kind is LayerKind.HEAD:

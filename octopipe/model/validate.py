@@ -9,6 +9,7 @@ from dataclasses import fields
 
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.shard import SPLIT_DIM
 from octopipe.model.spec import ModelSpec
 
 ACTIVATIONS = ("swiglu", "gelu", "relu2")
@@ -64,7 +65,6 @@ def validate_layer(x: LayerSpec, where: str = "layer") -> LayerSpec:
     if x.shards < 1 or x.shard >= x.shards:
         _fail(where, "shard", x.shard, f"must be in [0, shards={x.shards}) with shards >= 1")
     if x.shards > 1:
-        from octopipe.model.shard import SPLIT_DIM
         if k not in SPLIT_DIM:
             _fail(where, "shards", x.shards, f"{k.value} layers do not split; splittable: "
                   f"{', '.join(d.value for d in SPLIT_DIM)}")

@@ -50,36 +50,39 @@ times observed in the measured iterations: on a shared, loaded CPU this separate
 model of the schedule (dependencies, transfers, dispatch) from the drift between offline
 profiling and the contended run.
 
-Structure: `runtime_config` turns `cfg.runtime` into a validated `RuntimeConfig` once; the input
-builders (`choose_model`, `_costs`, `_plans`) read the rest of the config; `measure` is a
-function of values (a `Job` template with the model, config, costs and cluster, the plans)
-returning a `Result` (summary, report lines, artifacts); `run` prints and writes it.
+Structure: `check_runtime` checks what of `runtime.*` depends on this machine before any work;
+the input builders (`choose_model`, `_costs`, `_plans`) read the typed config and the
+dispatcher's `Inputs`; `measure` is a function of values (a `Job` template with the model,
+config, costs and cluster, the plans) returning a `Result` (summary, report lines, artifacts),
+which the reporter prints and writes.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from omegaconf import OmegaConf
-from rich.console import Console
 from rich.table import Table
 
 from octopipe.cluster import Cluster
-from octopipe.config.convert import convert
+from octopipe.config.cost import ProfiledCost
+from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
+from octopipe.config.schema import Config
 from octopipe.cost.profiled import profiled_costs
+from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.io import CONF_DIR, json_text, preset_names, write_atomic
-from octopipe.load import load_cluster, load_costs, load_model, load_splitter
+from octopipe.io import preset_names
 from octopipe.measure.fidelity import Comparison, summarise
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
 from octopipe.measure.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.artifacts import json_artifact, plan_artifacts
+from octopipe.modes.inputs import Inputs, splitter_for
+from octopipe.modes.result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
 from octopipe.runtime.job import Job
@@ -87,17 +90,16 @@ from octopipe.runtime.launch import execute
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.trace import chrome_trace
 from octopipe.runtime.transport import choose_transport
-from octopipe.schedule.plan_io import load_plan, save_plan
-from octopipe.tune.split import model_splitter
+from octopipe.schedule.plan_io import load_plan
+from octopipe.tune.split import LayerSplitter, model_splitter
 from octopipe.tune.tuner import tune
 
 FALLBACK_MODEL = "tiny_hybrid"
 
 
-def runtime_config(cfg: Any) -> RuntimeConfig:
-    """`cfg.runtime` as a validated RuntimeConfig: field types and ranges by the schema, then
-    what depends on this machine (links it cannot run, pinning it cannot do), before any work."""
-    config = convert(RuntimeConfig, cfg.get("runtime"), "runtime.")
+def check_runtime(config: RuntimeConfig) -> RuntimeConfig:
+    """`config` once what depends on this machine (links it cannot run, pinning it cannot do)
+    is checked, before any work; field types and ranges the schema has checked already."""
     rank_links(config)
     rank_cores(config, 1)
     return config
@@ -122,52 +124,65 @@ def rank_cores(config: RuntimeConfig, n: int) -> tuple[int, ...] | None:
     return pin_map(n, core_ids())
 
 
-def choose_model(config: RuntimeConfig, selected: ModelSpec | None) -> tuple[ModelSpec, str | None]:
+def model_preset(name: str) -> ModelSpec:
+    """The ModelSpec of model preset `name`."""
+    return build_model(preset("model", name))
+
+
+def choose_model(config: RuntimeConfig, selected: Callable[[], ModelSpec]) -> tuple[ModelSpec, str | None]:
     """The ModelSpec mode=execute runs (see the module docstring) and, when it replaces the
-    `selected` model (the model group's, needed with runtime.model=auto), the line saying so."""
+    model group's (`selected()`, asked for only with runtime.model=auto), the line saying so."""
     if config.model != "auto":
-        path = CONF_DIR / "model" / f"{config.model}.yaml"
-        if not path.exists():
+        if config.model not in preset_names("model"):
             raise ConfigError(f"runtime.model={config.model!r}: unknown preset; use auto or one of "
                               f"{', '.join(preset_names('model'))}")
-        return build_model(OmegaConf.load(path)), None
-    if config.compute == "real" and model_params(selected) > config.max_params:
-        note = (f"[yellow]runtime.compute=real: {selected.name} has {model_params(selected) / 1e9:.2f}B "
+        return model_preset(config.model), None
+    model = selected()
+    if config.compute == "real" and model_params(model) > config.max_params:
+        note = (f"[yellow]runtime.compute=real: {model.name} has {model_params(model) / 1e9:.2f}B "
                 f"parameters, above runtime.max_params={float(config.max_params):.3g}; running the "
                 f"{FALLBACK_MODEL} preset instead (runtime.model=<preset> chooses another, "
-                f"runtime.compute=emulated keeps {selected.name})[/yellow]")
-        return build_model(OmegaConf.load(CONF_DIR / "model" / f"{FALLBACK_MODEL}.yaml")), note
-    return selected, None
+                f"runtime.compute=emulated keeps {model.name})[/yellow]")
+        return model_preset(FALLBACK_MODEL), note
+    return model, None
 
 
-def _splitter(cfg: Any, config: RuntimeConfig, model: ModelSpec, costs: CostTable, cluster: Cluster):
+def n_ranks(inputs: Inputs) -> int:
+    """The ranks the plans run on: `pp`, or every rank of the cluster when it is null."""
+    return inputs.config.pp if inputs.config.pp is not None else inputs.cluster.n_devices
+
+
+def _splitter(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> LayerSplitter | None:
     """How the tuner may split heavy layers: real compute measures each piece (`cost=profiled`);
-    emulated compute splits as `load_splitter` does for the configured costs."""
-    if config.compute == "real":
-        return model_splitter(model, lambda m: _cost_table(cfg, config, m, cluster))
-    return load_splitter(cfg, model, cluster, costs)
+    emulated compute splits as the planner does for the configured costs."""
+    if inputs.config.runtime.compute == "real":
+        return model_splitter(model, lambda m: _cost_table(inputs.config, m, cluster))
+    return splitter_for(inputs.config.cost, model, cluster, costs)
 
 
-def _plans(cfg: Any, config: RuntimeConfig, model: ModelSpec, costs: CostTable, cluster: Cluster) -> list[Plan]:
+def _with_schedule(cfg: Config, name: str | None) -> Config:
+    """`cfg` with schedule `name` in place of the schedule group's (None: `cfg` itself)."""
+    return cfg if name is None else replace(cfg, schedule=replace(cfg.schedule, name=name, file=None))
+
+
+def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> list[Plan]:
     """The plans `runtime.schedules` (or the schedule group) names, in that order."""
-    names = list(config.schedules) if config.schedules else [None]
+    cfg = inputs.config
+    names = list(cfg.runtime.schedules) if cfg.runtime.schedules else [None]
     plans = []
     for name in names:
-        sub = cfg if name is None else OmegaConf.merge(cfg, {"schedule": {"name": name, "file": None}})
-        if str(OmegaConf.select(sub, "schedule.name", default="")) == "octopipe" and \
-                not OmegaConf.select(sub, "schedule.file", default=None):
-            res = tune(costs, cluster, int(cfg.pp), int(cfg.microbatches), tuner_cfg=cfg.get("tuner"),
-                       solver_cfg=cfg.get("solver"), seed=int(cfg.get("seed", 0)), model=model.name,
-                       splitter=_splitter(cfg, config, model, costs, cluster))
+        sub = _with_schedule(cfg, name)
+        path = sub.schedule.file
+        if sub.schedule.name == "octopipe" and not path:
+            res = tune(costs, cluster, n_ranks(inputs), cfg.microbatches, tuner_cfg=cfg.tuner,
+                       solver_cfg=cfg.solver, seed=cfg.seed, model=model.name,
+                       splitter=_splitter(inputs, model, costs, cluster))
             plan = res.plan
-            plans.append(Plan(plan.partition, plan.table.__class__(
-                plan.table.rows, plan.table.placement, plan.table.n_microbatches, "octopipe",
-                plan.table.replicas, plan.table.mb_replica), model.name, cluster.name, plan.meta,
-                plan.shards))
+            plans.append(Plan(plan.partition, replace(plan.table, name="octopipe"), model.name,
+                              cluster.name, plan.meta, plan.shards))
             continue
-        path = OmegaConf.select(sub, "schedule.file", default=None)
-        if path and Path(str(path)).suffix.lower() == ".json":     # keep its meta (shards)
-            plan = load_plan(Path(str(path)))
+        if path and Path(path).suffix.lower() == ".json":     # keep its meta (shards)
+            plan = load_plan(Path(path))
             plan_model(model, plan)
             plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
                               {**plan.meta, "source": f"schedule.file={path}"}, plan.shards))
@@ -177,32 +192,34 @@ def _plans(cfg: Any, config: RuntimeConfig, model: ModelSpec, costs: CostTable, 
     return plans
 
 
-def _costs(cfg: Any, config: RuntimeConfig, model: ModelSpec, n: int) -> tuple[CostTable, Cluster]:
+def _costs(inputs: Inputs, model: ModelSpec) -> tuple[CostTable, Cluster]:
     """(costs, cluster the simulator sees) for the chosen compute mode."""
+    cfg, n = inputs.config, n_ranks(inputs)
     link = measure_loopback(cache=_cache_dir(cfg).parent / "loopback_link.json")
-    if config.compute == "emulated":
-        cluster = load_cluster(cfg)
-        return _cost_table(cfg, config, model, cluster), local_cluster(n, link, like=cluster)
+    if cfg.runtime.compute == "emulated":
+        cluster = inputs.cluster
+        return _cost_table(cfg, model, cluster), local_cluster(n, link, like=cluster)
     sim_cluster = local_cluster(n, link)
-    return _cost_table(cfg, config, model, sim_cluster), sim_cluster
+    return _cost_table(cfg, model, sim_cluster), sim_cluster
 
 
-def _cache_dir(cfg: Any) -> Path:
-    return Path(str(OmegaConf.select(cfg, "cost.cache_dir", default=None) or "runs/cache/profiled"))
+def _cache_dir(cfg: Config) -> Path:
+    """Where measured costs are cached (`cost.cache_dir` under cost=profiled, else its default)."""
+    chosen = cfg.cost.cache_dir if isinstance(cfg.cost, ProfiledCost) else ""
+    return Path(chosen or ProfiledCost().cache_dir)
 
 
-def _cost_table(cfg: Any, config: RuntimeConfig, model: ModelSpec, cluster: Cluster) -> CostTable:
-    """Emulated: the configured costs of `model` on `cluster`; real: its `cost=profiled` times."""
-    if config.compute == "emulated":
-        costs = load_costs(cfg, model, cluster)
+def _cost_table(cfg: Config, model: ModelSpec, cluster: Cluster) -> CostTable:
+    """Emulated: the configured costs of `model` on `cluster`; real: its `cost=profiled` times,
+    measured on the device the ranks compute on."""
+    if cfg.runtime.compute == "emulated":
+        costs = cost_table(cfg.cost, model, cluster)
         if costs.n_layers != model.n_layers:
             raise ConfigError(f"cost: the cost table has {costs.n_layers} layers but the plan runs {model.name!r} "
                               f"with {model.n_layers} (split layers); use cost=analytic or cost=profiled")
         return costs
-    cost_cfg = cfg.cost if str(OmegaConf.select(cfg, "cost.source", default="")) == "profiled" \
-        else OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
-    cost_cfg = OmegaConf.merge(cost_cfg, {"device": rank_links(config)["device"]})   # measured where the ranks compute
-    return profiled_costs(cost_cfg, model, cluster)
+    cost = cfg.cost if isinstance(cfg.cost, ProfiledCost) else preset("cost", "profiled")
+    return profiled_costs(replace(cost, device=rank_links(cfg.runtime)["device"]), model, cluster)
 
 
 def _calibration(job: Job, partition, report: list) -> Calibration | None:
@@ -219,15 +236,6 @@ def _calibration(job: Job, partition, report: list) -> Calibration | None:
     report.append(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
                   f"load {cal.background:.3f} cores")
     return cal
-
-
-def _json_artifact(name: str, doc: Any) -> Artifact:
-    return Artifact(name, lambda path: path.write_text(json_text(doc)))
-
-
-def _plan_artifact(plan: Plan) -> Artifact:
-    """plan.json with schedule.csv beside it."""
-    return Artifact("plan.json", lambda path: save_plan(plan, path, path.with_name("schedule.csv")))
 
 
 def _table(rows: Sequence[Comparison], title: str) -> Table:
@@ -280,11 +288,11 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                            "pinned": list(plan_job.pinned) if plan_job.pinned else None}
         rows.append(c)
         trace = chrome_trace(c.result.events, list(plan_job.measured))
-        artifacts.append(_json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))
+        artifacts.append(json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))
         if plan_job is jobs[0]:
-            artifacts.append(_plan_artifact(plan_job.plan))
+            artifacts.extend(plan_artifacts(plan_job.plan))
             if len(plans) > 1:
-                artifacts.append(_json_artifact("trace.json", trace))
+                artifacts.append(json_artifact("trace.json", trace))
     report.append(_table(rows, f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {config.compute} "
                                f"compute, {config.dispatch}, {plans[0].table.n_microbatches} micro-batches"))
     if any(d["calibration"] for d in per.values()):
@@ -316,18 +324,12 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     return Result(summary, tuple(report), tuple(artifacts))
 
 
-def run(cfg, out_dir: Path) -> dict:
-    console = Console(width=120)
-    config = runtime_config(cfg)
-    model, note = choose_model(config, load_model(cfg) if config.model == "auto" else None)
-    if note:
-        console.print(note)
-    costs, cluster = _costs(cfg, config, model, int(cfg.pp))
-    plans = _plans(cfg, config, model, costs, cluster)
-    job = Job(plans[0], model, config, seed=int(cfg.get("seed", 0)), costs=costs, cluster=cluster)
-    result = measure(job, plans, lambda m: _cost_table(cfg, config, m, cluster))
-    for item in result.report:
-        console.print(item)
-    for artifact in result.artifacts:
-        write_atomic(out_dir / artifact.name, artifact.write)
-    return result.summary
+def run(inputs: Inputs) -> Result:
+    cfg = inputs.config
+    config = check_runtime(cfg.runtime)
+    model, note = choose_model(config, lambda: inputs.model)
+    costs, cluster = _costs(inputs, model)
+    plans = _plans(inputs, model, costs, cluster)
+    job = Job(plans[0], model, config, seed=cfg.seed, costs=costs, cluster=cluster)
+    result = measure(job, plans, lambda m: _cost_table(cfg, m, cluster))
+    return replace(result, report=((note,) if note else ()) + result.report)

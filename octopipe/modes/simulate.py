@@ -14,7 +14,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from octopipe.config.loader import load
 from octopipe.config.schema import Config
 from octopipe.config.sim import SimConfig
 from octopipe.errors import ConfigError
@@ -60,8 +59,6 @@ def plan_file_shards(cfg: Config) -> dict[int, int]:
 
 def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[tuple[int, int], ...]]:
     """The table `schedule.name`/`schedule.file` asks for, and its partition."""
-    if not isinstance(cfg, Config):          # mode=execute (not converted yet) passes its raw cfg
-        cfg = load(cfg)
     path = cfg.schedule.file
     if path:
         p = Path(path)

@@ -28,7 +28,9 @@ from typing import Literal, Sequence
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action
+from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.validate import validate
 
 CsvFormat = Literal["compute_only", "compute_comms"]
 FORMATS = ("compute_only", "compute_comms")
@@ -48,8 +50,6 @@ def to_csv_text(table: ScheduleTable, format: CsvFormat = "compute_only") -> str
     if format == "compute_only":
         rows = table.compute_only().as_strings()
     else:
-        from octopipe.schedule.lower import lower
-
         rows = (table if table.is_lowered else lower(table)).compact().as_strings()
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -179,12 +179,8 @@ def read_csv_text(text: str, *, format: CsvFormat | None = None, placement: Sequ
     table = ScheduleTable(tuple(tuple(r) for r in rows), place, n_microbatches, name, replicas, mb_replica)
     if check:
         if fmt == "compute_comms":
-            from octopipe.schedule.lower import validate_lowered
-
             validate_lowered(table)
         else:
-            from octopipe.schedule.validate import validate
-
             validate(table)
     return table
 

@@ -147,9 +147,9 @@ def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
     import matplotlib  # optional heavy dependency: only pictures need it
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.collections import PolyCollection
-    from matplotlib.patches import Patch
+    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
+    from matplotlib.collections import PolyCollection  # heavy: only where a picture is drawn
+    from matplotlib.patches import Patch  # heavy: only where a picture is drawn
 
     items = _bars(bars)
     if not items:

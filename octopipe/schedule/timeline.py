@@ -136,9 +136,9 @@ def save_timeline_png(path: str | Path, tl: Timeline, title: str = "") -> Path:
     import matplotlib  # optional heavy dependency: only pictures need it
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.collections import PolyCollection
-    from matplotlib.patches import Patch
+    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
+    from matplotlib.collections import PolyCollection  # heavy: only where a picture is drawn
+    from matplotlib.patches import Patch  # heavy: only where a picture is drawn
 
     if tl.n_devices < 1 or tl.n_compute == 0:
         raise ScheduleError("a timeline picture needs at least one device and one slice")

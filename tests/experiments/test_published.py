@@ -12,9 +12,9 @@ from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_ta
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.experiments import published_report as report
-from octopipe.experiments.published import (Case, Outcome, Results, balanced_partition,
-                                            baseline_plans, cases, comm_free, device_busy_s,
-                                            evaluate, lower_bound_s, node_cluster, speedups)
+from octopipe.experiments.published import (balanced_partition, baseline_plans, cases, comm_free,
+                                            device_busy_s, evaluate, lower_bound_s, node_cluster)
+from octopipe.experiments.published_results import Case, Outcome, Results, speedups
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable

@@ -6,25 +6,41 @@ import subprocess
 import sys
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 from octopipe.cluster import Link
+from octopipe.config import load, register
 from octopipe.config.convert import convert
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.io import CONF_DIR
 from octopipe.measure.fidelity import compare
+from octopipe.measure.insitu import calibration_partition
 from octopipe.measure.machine import local_cluster
-from octopipe.plan import Plan, uniform_partition
+from octopipe.model.shard import shard_model
+from octopipe.modes.execute import _costs, _plans, check_runtime, model_preset, rank_cores
+from octopipe.modes.inputs import Inputs
+from octopipe.plan import Plan, plan_model, uniform_partition
 from octopipe.runtime.job import Job
+from octopipe.runtime.pinning import can_pin, core_ids, pin_map
 from octopipe.runtime.trace import chrome_trace
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
+from octopipe.schedule.plan_io import save_plan
 from octopipe.schedule.table import ScheduleTable
+
+
+def inputs(*overrides: str) -> Inputs:
+    """The dispatcher's inputs for `python -m octopipe.run mode=execute <overrides>`."""
+    register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return Inputs(load(compose("config", overrides=["mode=execute", *overrides])))
 
 
 def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
     """1F1B and ZB-V side by side on 2 pinned ranks: each predicted from the calibration of its
     own partition (1 and 2 stages per rank), both launched with the ranks on their cores."""
-    from octopipe.runtime.pinning import can_pin, core_ids, pin_map
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
@@ -77,9 +93,6 @@ def test_bad_or_impossible_links_exit_with_one_line_naming_the_field(tmp_path, o
 
 
 def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
-    from octopipe.errors import ConfigError
-    from octopipe.modes.execute import rank_cores
-    from octopipe.runtime.pinning import can_pin, core_ids
     config = lambda pin, compute="real": convert(RuntimeConfig, {"pin": pin, "compute": compute}, "runtime.")
     cores = core_ids()
     expected = tuple(cores[r % len(cores)] for r in range(5)) if can_pin() else None
@@ -95,7 +108,6 @@ def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
 def test_each_plan_is_calibrated_on_its_own_partition_when_every_rank_has_as_many_stages():
     """c stages on each rank: the calibration runs the plan's own partition (uneven too); other
     plans take the even one-stage-per-rank calibration."""
-    from octopipe.measure.insitu import calibration_partition
     for name in ("1f1b", "gpipe", "zbh1", "interleaved", "zbv"):
         table = build_schedule(name, 2, 4)
         part = uniform_partition(10, table.n_stages)
@@ -129,13 +141,7 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
     """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
     mode=execute runs the split model and its gradients pass the check; runtime.pin=false leaves
     the ranks unpinned."""
-    from omegaconf import OmegaConf
-
-    from octopipe.model.build import build_model
-    from octopipe.model.shard import shard_model
-    from octopipe.io import CONF_DIR
-    from octopipe.schedule.plan_io import save_plan
-    model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
+    model = model_preset("tiny_hybrid")
     counts = {11: 3, 2: 2}
     sharded = shard_model(model, counts)
     table = build_schedule("1f1b", 2, 2)
@@ -162,22 +168,13 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
 def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piece(tmp_path):
     """schedule=octopipe under real compute: the tuner may split heavy layers, pricing the pieces
     with cost=profiled; the plan's meta names them and its partition covers the split model."""
-    from omegaconf import OmegaConf
-
-    from octopipe.model.build import build_model
-    from octopipe.io import CONF_DIR
-    from octopipe.modes.execute import _costs, _plans, runtime_config
-    from octopipe.plan import plan_model
-    model = build_model(OmegaConf.load(CONF_DIR / "model" / "tiny_hybrid.yaml"))
-    cfg = OmegaConf.create({
-        "pp": 2, "microbatches": 2, "seed": 0, "schedule": {"name": "octopipe", "file": None},
-        "tuner": {"time_budget_s": 3, "ilp": False, "polish_s": 0, "split_share": 0.05,
-                  "split_layers": "force"},
-        "cost": {"source": "profiled", "device": "cpu", "repeats": 1, "warmup": 0,
-                 "cache_dir": str(tmp_path / "cache")}})
-    config = runtime_config(cfg)
-    costs, cluster = _costs(cfg, config, model, 2)
-    (plan,) = _plans(cfg, config, model, costs, cluster)
+    model = model_preset("tiny_hybrid")
+    x = inputs("pp=2", "microbatches=2", "seed=0", "schedule=octopipe", "tuner.time_budget_s=3",
+               "tuner.ilp=false", "tuner.polish_s=0", "tuner.split_share=0.05", "tuner.split_layers=force",
+               "cost=profiled", "cost.device=cpu", "cost.repeats=1", "cost.warmup=0",
+               f"cost.cache_dir={tmp_path / 'cache'}")
+    costs, cluster = _costs(x, model)
+    (plan,) = _plans(x, model, costs, cluster)
     assert len(list((tmp_path / "cache").glob("*.json"))) > len(set(model.layers))   # pieces measured
     if plan.shards:
         sharded = plan_model(model, plan)
@@ -193,10 +190,7 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
                                                ("warmup", -1, "runtime.warmup=-1: out of range"),
                                                ("dispatch", "eager", "runtime.dispatch='eager': choose one of")])
 def test_runtime_config_is_converted_once_and_bad_values_name_the_field(key, value, message):
-    from omegaconf import OmegaConf
-
-    from octopipe.errors import ConfigError
-    from octopipe.modes.execute import runtime_config
-    assert runtime_config(OmegaConf.create({})) == RuntimeConfig()
+    """The dispatcher's `load` types `runtime.*`: the mode receives a RuntimeConfig."""
+    assert check_runtime(inputs().config.runtime) == RuntimeConfig()
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
-        runtime_config(OmegaConf.create({"runtime": {key: value}}))
+        inputs(f"runtime.{key}={value}")

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
+from octopipe.cluster_presets import cluster_from_config
+from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.profiled import profiled_costs
-from octopipe.io import CONF_DIR, write_json
-from octopipe.load import load_cluster, load_costs, load_model
+from octopipe.cost.sources import cost_table
+from octopipe.io import write_json
 from octopipe.measure.bench.ranking import judge, spearman, spread
 from octopipe.measure.fidelity import Comparison, compare, summarise
 from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
@@ -149,11 +150,10 @@ def rejudge(path: Path) -> list[dict]:
 
 def emulated(model_name: str, cluster_name: str, n: int, m: int, config: RuntimeConfig) -> dict:
     """Emulated compute of every schedule in EMULATED on `n` ranks, `m` micro-batches."""
-    cfg = OmegaConf.create({"model": OmegaConf.load(CONF_DIR / "model" / f"{model_name}.yaml"),
-                            "cluster": OmegaConf.load(CONF_DIR / "cluster" / f"{cluster_name}.yaml"),
-                            "cost": OmegaConf.load(CONF_DIR / "cost" / "analytic.yaml"), "pp": n})
-    model, cluster = load_model(cfg), load_cluster(cfg)
-    costs = load_costs(cfg, model, cluster)
+    cost = preset("cost", "analytic")
+    model = build_model(preset("model", model_name))
+    cluster = cluster_from_config(preset("cluster", cluster_name), pp=n, tp=cost.tp)
+    costs = cost_table(cost, model, cluster)
     sim_cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")), like=cluster)
     rows = []
     for name in EMULATED:
@@ -199,15 +199,14 @@ def real(setting: RealSetting, n: int, quiet: dict | None = None) -> dict:
     config = replace(setting.config, compute="real")
     m, schedules, rounds = setting.microbatches, setting.schedules, setting.rounds
     warmup, iterations, dispatch = config.warmup, config.iterations, config.dispatch
-    model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{setting.model}.yaml"))
+    model = build_model(preset("model", setting.model))
     if setting.micro_batch_size:
         model = replace(model, micro_batch_size=setting.micro_batch_size)
     cluster = local_cluster(n, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
-    cost_cfg = OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml")
-    cost_cfg.device = "cpu"        # where these gloo ranks compute, also on a machine with a GPU
+    cost = replace(preset("cost", "profiled"), device="cpu")   # where these gloo ranks compute
     if setting.fresh:
-        cost_cfg.cache_dir = ""    # profile now, under the machine's present load
-    costs = profiled_costs(cost_cfg, model, cluster)
+        cost = replace(cost, cache_dir="")                      # profile now, under today's load
+    costs = profiled_costs(cost, model, cluster)
     pinned = pin_map(n, core_ids()) if setting.pin else None
     plans = []
     for name in schedules:
