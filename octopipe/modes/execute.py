@@ -271,7 +271,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         run_model = plan_model(model, plan)
         if run_model not in model_costs:
             if run_model is not model:
-                report.append(f"plan {plan.table.name}: layers split as meta shards={plan.meta['shards']} "
+                report.append(f"plan {plan.table.name}: layers split as shards={plan.shards} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = job.costs if run_model is model else costs_of(run_model)
         plan_job = replace(job, plan=plan, model=run_model, costs=model_costs[run_model], pinned=pin)
