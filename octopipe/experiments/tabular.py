@@ -265,11 +265,14 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
                 cells += ["-", "-"]
         pub = published.get((nw, cp), "+12-14%" if nw in ("mid", "fast") else "-")
         L.append(f"| {nw}_nw/{cp}_cp | {c['bubble_ratio']:.1%} | " + " | ".join(cells) + f" | {pub} |")
+    chimera_mid = idx.get((hs, hb, "chimera", "mid", "mid"))
     for lab in labels:
         h = idx.get((hs, hb, lab, "mid", "mid"))
         if h:
+            versus = (f" (Chimera: {chimera_mid['idealized_bubble_ratio']:.1%})" if chimera_mid
+                      else " (Chimera was not run at this point)")
             L.append(f"\n{lab}: formula bubble {h['formula_bubble_ratio']:.1%}, idealized table "
-                     f"{h['idealized_bubble_ratio']:.1%} (Chimera: {idx[(hs, hb, 'chimera', 'mid', 'mid')]['idealized_bubble_ratio']:.1%}).")
+                     f"{h['idealized_bubble_ratio']:.1%}{versus}.")
     # persistent memory
     L += ["", "## Persistent memory", ""]
     for s in stages:

@@ -66,3 +66,10 @@ def test_tabular_experiment_reports_the_findings(tmp_path):
     hanayo = f["hanayo_vs_chimera"]
     assert hanayo["hanayo_c4"]["fast_nw_mid_cp"] > 0 > hanayo["hanayo_c4"]["slow_nw_fast_cp"]
     assert (tmp_path / "report.md").exists()
+
+
+def test_tabular_experiment_without_the_hanayo_point_of_chimera(tmp_path):
+    """Stages that leave out the Hanayo point's Chimera run are reported, not a KeyError."""
+    p = _run(tmp_path, "experiment=tabular", "experiment.stages=[4]", "experiment.microbatches=[8]")
+    assert p.returncode == 0, p.stderr
+    assert "Chimera was not run at this point" in (tmp_path / "report.md").read_text()
