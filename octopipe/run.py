@@ -21,11 +21,13 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from octopipe.config import Config, load, register
+from octopipe.config.store import registered_presets
 from octopipe.config.schema import MODES
 from octopipe.errors import OctoPipeError
 from octopipe.io import CONF_DIR, preset_names
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
+from octopipe.schedule.library import SCHEDULE_PRESETS
 
 GROUPS = ("model", "cluster", "schedule", "solver", "tuner", "runtime", "cost", "experiment")
 
@@ -43,7 +45,7 @@ def check_overrides(argv: list[str]) -> None:
             continue
         key, _, value = arg.partition("=")
         if key in GROUPS and "," not in value and value not in ("null", ""):
-            names = preset_names(key)
+            names = sorted(set(preset_names(key)) | set(registered_presets(key)))
             if value not in names:
                 fail(f"unknown {key} preset {value!r}; valid: {', '.join(names) or '(none yet)'}")
         if key == "mode" and "," not in value and value not in MODES:
@@ -116,7 +118,7 @@ def _app(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    register()
+    register(SCHEDULE_PRESETS)
     check_overrides(sys.argv[1:])
     check_composition(sys.argv[1:])
     _app()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.io import CONF_DIR
 from octopipe.modes import inspect as inspect_mode
@@ -66,7 +67,7 @@ def test_impossible_overrides_are_one_line(tmp_path, override, words):
 
 
 def test_inspect_in_process_on_a_heterogeneous_cluster(tmp_path):
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["model=tiny_vlm", "cluster=hetero_a100_h100", "pp=16"])
     result = inspect_mode.run(Inputs(load(cfg)))

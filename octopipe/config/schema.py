@@ -35,7 +35,7 @@ class Config:
     model: ModelConfig = setting(REQUIRED, "model=<preset> (conf/model)")
     cluster: ClusterConfig = setting(ClusterConfig(), "cluster=<preset> (conf/cluster)")
     cost: CostConfig = setting(AnalyticCost(), "cost=<source> (conf/cost)")
-    schedule: ScheduleConfig = setting(ScheduleConfig(), "schedule=<name> (conf/schedule)")
+    schedule: ScheduleConfig = setting(ScheduleConfig(), "schedule=<name> (the schedule registry)")
     solver: SolverConfig = setting(SolverConfig(), "solver=<backend> (conf/solver)")
     tuner: TunerConfig = setting(TunerConfig(), "tuner=<preset> (conf/tuner)")
     runtime: RuntimeConfig = setting(RuntimeConfig(), "runtime=<preset> (conf/runtime)")

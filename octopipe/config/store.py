@@ -5,6 +5,8 @@ defaults (`defaults_of`); `octopipe.config.load` checks types and ranges afterwa
 names its schema first in its defaults list (`defaults: [analytic_schema, _self_]`)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from octopipe.config.cluster import ClusterConfig
 from octopipe.config.convert import defaults_of
 from octopipe.config.cost import COST_SOURCES
@@ -33,9 +35,28 @@ def schema_nodes() -> list[tuple[str | None, str, dict]]:
     return out
 
 
-def register() -> None:
-    """Store the schemas (idempotent); call before Hydra composes."""
+def schedule_nodes(schedules: Sequence[str]) -> list[tuple[str, str, dict]]:
+    """(group, name, node) of a `schedule=<name>` preset per named schedule: the schedule
+    registry (`octopipe.schedule.library.SCHEDULE_PRESETS`) is the list, so no YAML file per
+    schedule exists to keep in step with it."""
+    base = defaults_of(ScheduleConfig)
+    return [("schedule", name, {**base, "name": name}) for name in schedules]
+
+
+def register(schedules: Sequence[str] = ()) -> None:
+    """Store the schemas and the `schedule=<name>` presets of `schedules` (idempotent); call
+    before Hydra composes."""
     from hydra.core.config_store import ConfigStore  # hydra is the CLI's; the schema needs none
     cs = ConfigStore.instance()
-    for group, name, node in schema_nodes():
+    for group, name, node in schema_nodes() + schedule_nodes(schedules):
         cs.store(group=group, name=name, node=node)
+
+
+def registered_presets(group: str) -> list[str]:
+    """The presets of `group` stored in code (not the `<..>_schema` nodes), sorted."""
+    from hydra.core.config_store import ConfigStore  # hydra is the CLI's; the schema needs none
+    try:
+        names = ConfigStore.instance().list(group)
+    except OSError:      # nothing stored under this group
+        return []
+    return sorted(n.removesuffix(".yaml") for n in names if not n.endswith("_schema.yaml"))

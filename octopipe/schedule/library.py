@@ -107,6 +107,8 @@ SCHEDULES: dict[str, ScheduleInfo] = {info.name: info for info in (
 )}
 
 FORMULA_SCHEDULES = tuple(sorted(SCHEDULES))
+# `schedule=<name>` choices on the command line: every named schedule and the tuner's plan
+SCHEDULE_PRESETS = (*SCHEDULES, "octopipe")
 
 
 def baselines() -> tuple[tuple[str, Baseline], ...]:
@@ -195,5 +197,5 @@ def inflight_microbatches(name: str, n_devices: int, device: int, n_microbatches
     return SCHEDULES[name].inflight(n_devices, device, n_microbatches, v)
 
 
-__all__ = ["SCHEDULES", "FORMULA_SCHEDULES", "Baseline", "ScheduleInfo", "baselines",
+__all__ = ["SCHEDULES", "FORMULA_SCHEDULES", "SCHEDULE_PRESETS", "Baseline", "ScheduleInfo", "baselines",
            "bubble_ratio", "build_schedule", "inflight_microbatches", "schedule_info"]

@@ -6,6 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import Config, defaults_of, load, preset, register
 from octopipe.config.cost import COST_SOURCES
 from octopipe.config.experiment import EXPERIMENTS
@@ -57,7 +58,7 @@ def test_every_preset_is_typed(group, name):
 
 
 def test_every_experiment_composes_to_its_dataclass():
-    register()
+    register(SCHEDULE_PRESETS)
     for name, cls in EXPERIMENTS.items():
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = load(compose("config", overrides=[f"experiment={name}"]))
@@ -65,7 +66,7 @@ def test_every_experiment_composes_to_its_dataclass():
 
 
 def test_defaults_compose_to_the_schema_defaults():
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = load(compose("config"))
     assert isinstance(cfg, Config)

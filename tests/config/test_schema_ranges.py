@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe import run as cli
 from octopipe.config import Config, load, register
 from octopipe.config.cost import COST_SOURCES
@@ -147,7 +148,7 @@ CASES = [(key, f"{key}={_value(bad, as_list)}", presets, what)
 
 @functools.lru_cache(maxsize=None)
 def composed(presets: tuple[str, ...]) -> DictConfig:
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose("config", overrides=["mode=inspect", "model=tiny_hybrid", *presets])
 
@@ -205,5 +206,5 @@ def test_the_cli_end_to_end(override, words, tmp_path):
 
 
 def test_registration_is_idempotent():
-    register()
-    register()
+    register(SCHEDULE_PRESETS)
+    register(SCHEDULE_PRESETS)

@@ -3,6 +3,7 @@ cost.source, built once and only when a mode asks for them."""
 import pytest
 from hydra import compose, initialize_config_dir
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
@@ -10,7 +11,7 @@ from octopipe.modes.inputs import Inputs
 
 
 def inputs(*overrides) -> Inputs:
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return Inputs(load(compose("config", overrides=list(overrides))))
 

@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from rich.console import Console
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.io import CONF_DIR
 from octopipe.modes import compare, simulate
@@ -18,7 +19,7 @@ from octopipe.modes.result import Artifact, Result
 
 
 def inputs(*overrides: str) -> Inputs:
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return Inputs(load(compose("config", overrides=list(overrides))))
 

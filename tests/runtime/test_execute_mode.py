@@ -8,6 +8,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.cluster import Link
 from octopipe.config import load, register
 from octopipe.config.convert import convert
@@ -33,7 +34,7 @@ from octopipe.schedule.table import ScheduleTable
 
 def inputs(*overrides: str) -> Inputs:
     """The dispatcher's inputs for `python -m octopipe.run mode=execute <overrides>`."""
-    register()
+    register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return Inputs(load(compose("config", overrides=["mode=execute", *overrides])))
 
