@@ -346,7 +346,8 @@ def write_profile(profile: Profile, path: str | Path) -> None:
 # Presets
 
 
-def preset_names() -> tuple[str, ...]:
+def profile_presets() -> tuple[str, ...]:
+    """The names of the OctoPipe authors' per-layer profiles shipped in `octopipe/cost/profiles/`."""
     return tuple(sorted(p.stem for p in PRESET_DIR.glob("*.json")))
 
 
@@ -355,7 +356,7 @@ def load_preset(name: str) -> Profile:
     path = PRESET_DIR / f"{name}.json"
     if not path.is_file():
         raise ConfigError(f"cost.preset={name!r} is not a profile preset; valid: "
-                          f"{', '.join(preset_names())}")
+                          f"{', '.join(profile_presets())}")
     return read_profile(path)
 
 
@@ -563,10 +564,10 @@ def profile_of(cost: FileCost) -> Profile:
     if preset:
         return load_preset(str(preset))
     raise ConfigError(f"cost=file needs cost.path=PATH (a .csv or .json profile) or "
-                      f"cost.preset=NAME; presets: {', '.join(preset_names())}")
+                      f"cost.preset=NAME; presets: {', '.join(profile_presets())}")
 
 
-def profile_model(cost: FileCost, model: ModelSpec | None) -> ModelSpec:
+def model_for_file_cost(cost: FileCost, model: ModelSpec | None) -> ModelSpec:
     """The ModelSpec to plan with under `cost=file`: `model` when its layer count matches the
     profile's, otherwise the profile's own layers (`model_from_profile`)."""
     profile = profile_of(cost)

@@ -192,9 +192,10 @@ def baseline_plans(costs: CostTable, n_devices: int, n_microbatches: int, chunks
     return plans
 
 
-def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
-             simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
-             tuner_s: float | None = None, device_bound: float | None = None) -> Outcome:
+def evaluate_case(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
+                  simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+                  tuner_s: float | None = None, device_bound: float | None = None) -> Outcome:
+    """One schedule's outcome on a case: its simulated makespan, busy time and bounds."""
     m = case.microbatches
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
@@ -290,7 +291,7 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Tune
         costs = profile_cost_table(load_preset(case.profile), cost_opts,
                                    tuple(k.name for k in cluster.kinds))
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
-            res.outcomes.append(evaluate(case, name, plan, costs, cluster))
+            res.outcomes.append(evaluate_case(case, name, plan, costs, cluster))
         if res.tuner:
             splittable, fixed = (split_shares(load_preset(case.profile), costs)
                                  if exp.get("split_layers", True) else ([], None))
@@ -299,8 +300,8 @@ def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: Tune
             key = (case.profile, case.devices, case.microbatches)
             if key not in bounds:
                 bounds[key] = device_bound_s(costs, cluster, case)
-            res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
-                                         tuner_s=seconds, device_bound=bounds[key]))
+            res.outcomes.append(evaluate_case(case, "octopipe", plan, plan_costs, cluster,
+                                              tuner_s=seconds, device_bound=bounds[key]))
     return res
 
 

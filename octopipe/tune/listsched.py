@@ -91,7 +91,7 @@ def _lib() -> "ctypes.CDLL | None":
     return _LIB or None
 
 
-def compiled() -> bool:
+def c_kernel_available() -> bool:
     """True when the C engine is in use (False: the Python fallback)."""
     return _lib() is not None
 

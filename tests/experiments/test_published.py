@@ -13,7 +13,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.experiments import published_report as report
 from octopipe.experiments.published import (balanced_partition, baseline_plans, cases, comm_free,
-                                            device_busy_s, evaluate, lower_bound_s, node_cluster)
+                                            device_busy_s, evaluate_case, lower_bound_s, node_cluster)
 from octopipe.experiments.published_results import Case, Outcome, Results, speedups
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
@@ -70,8 +70,8 @@ def test_uniform_1f1b_bubble_matches_closed_form():
     p, m = 4, 8
     cluster = comm_free(node_cluster(NODE, p))
     plans = baseline_plans(costs, p, m, 2, ("s1f1b",), table_of=gpipe_like)
-    out = evaluate(Case("u", p, m, "free"), "s1f1b", plans["s1f1b"], costs, cluster,
-                   simulate=one_f_one_b_closed_form)
+    out = evaluate_case(Case("u", p, m, "free"), "s1f1b", plans["s1f1b"], costs, cluster,
+                        simulate=one_f_one_b_closed_form)
     assert out.busy_s == pytest.approx(np.full(p, m * 2 * 3.0))
     assert out.lower_bound_s == pytest.approx(8 * 3.0 * m / p)
     assert out.bubble_ratio == pytest.approx(np.full(p, (p - 1) / (m + p - 1)))
