@@ -25,10 +25,10 @@ def test_no_terminal_no_output_but_the_callback_sees_every_case():
 
 def test_on_a_terminal_the_bar_shows_title_case_and_time_left():
     console, buf = _console(True)
-    with case_progress(2, "published", console) as step:
+    with case_progress(2, "octopipe_authors", console) as step:
         step("nemotron pp=4")
     out = buf.getvalue()
-    assert "published" in out and "left" in out
+    assert "octopipe_authors" in out and "left" in out
 
 
 def test_a_bar_inside_a_bar_joins_it():

@@ -1,4 +1,4 @@
-"""cost=file: profile formats, errors, type-averaging, and the published profiles as presets."""
+"""cost=file: profile formats, errors, type-averaging, and the OctoPipe authors' profiles as presets."""
 from __future__ import annotations
 
 import json
@@ -187,7 +187,7 @@ def _cluster(kinds=("H800",)) -> Cluster:
 
 def test_nemotron_lower_bound_matches_published_figure():
     # Published: Nemotron-Nano-v2-9B, 4 devices, 8 micro-batches, type-averaged times counted
-    # in the published simulator's 0.1 ms ticks: total work / 4 = 857.2 ms.
+    # in the authors' simulator's 0.1 ms ticks: total work / 4 = 857.2 ms.
     cfg = {"preset": "nemotron_nano_v2_9b", "averaging": "type", "split": 0.5, "tick_ms": 0.1}
     table = load_cost_file(cfg, None, _cluster())
     work_ms = (table.f.sum() + table.b.sum()) * 1e3

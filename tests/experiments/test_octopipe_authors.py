@@ -1,4 +1,5 @@
-"""experiment=published: the driver's pure pieces, checked against closed forms and brute force."""
+"""experiment=octopipe_authors: the driver's pure pieces, checked against closed forms and brute
+force."""
 from __future__ import annotations
 
 import itertools
@@ -11,10 +12,11 @@ from rich.console import Console
 from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.experiments import published_report as report
-from octopipe.experiments.published import (balanced_partition, baseline_plans, cases, comm_free,
-                                            device_busy_s, evaluate_case, lower_bound_s, node_cluster)
-from octopipe.experiments.published_results import Case, Outcome, Results, speedups
+from octopipe.experiments import octopipe_authors_report as report
+from octopipe.experiments.octopipe_authors import (balanced_partition, baseline_plans, cases,
+                                                   comm_free, device_busy_s, evaluate_case,
+                                                   lower_bound_s, node_cluster)
+from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
@@ -143,7 +145,7 @@ def test_artifacts_are_written(tmp_path):
     c = Case("x", 2, 4, "free")
     res = Results(outcomes=[_outcome(c, "s1f1b", 2.0), _outcome(c, "zbh1", 1.5),
                             _outcome(c, "octopipe", 1.2)], tuner=True)
-    exp = {"published_reference": {"profile": "x", "devices": 2, "microbatches": 4}}
+    exp = {"authors_reference": {"profile": "x", "devices": 2, "microbatches": 4}}
     summary = report.summarize(res, exp)
     report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res, exp)
     report.write_artifacts(tmp_path, res, exp, summary)
@@ -154,27 +156,27 @@ def test_artifacts_are_written(tmp_path):
     assert "| octopipe | 1200.0 | 0.833 |  | 16.7% | 17/17 | 1 |  | 1.250 |" in text
 
 
-def test_published_conventions_reproduce_the_issue_figures():
+def test_authors_conventions_reproduce_the_issue_figures():
     """With the real simulator and schedule library: S-1F1B and ZB-H land within one 0.1 ms tick
-    of the published 1337.3 and 1143.6 ms (the published makespan counts one extra tick)."""
+    of the authors' 1337.3 and 1143.6 ms (the authors' makespan counts one extra tick)."""
     pytest.importorskip("octopipe.schedule.library")
-    from octopipe.experiments.published import published_check
+    from octopipe.experiments.octopipe_authors import authors_check
     ref = {"profile": "nemotron_nano_v2_9b", "devices": 4, "microbatches": 8,
            "lower_bound_ms": 857.2, "s1f1b_ms": 1337.3, "interleaved_ms": 1241.5,
            "zbh_ms": 1143.6}
-    rows = {r.schedule: r for r in published_check(ref, ProfileOptions("type", 0.5, 0.1))}
+    rows = {r.schedule: r for r in authors_check(ref, ProfileOptions("type", 0.5, 0.1))}
     assert rows["lower_bound"].ours_ms == pytest.approx(857.2, abs=1e-6)
     assert rows["s1f1b"].ours_ms == pytest.approx(1337.2, abs=1e-6)
     assert rows["zbh1"].ours_ms == pytest.approx(1143.5, abs=1e-6)
-    # Pure data dependencies make interleaved faster than the published gated order; replaying
-    # the published simulator's gate lands within one tick of its figure too.
+    # Pure data dependencies make interleaved faster than the authors' gated order; replaying
+    # the authors' simulator's gate lands within one tick of its figure too.
     assert rows["interleaved"].ours_ms < 1241.5
     assert rows["interleaved_gated"].ours_ms == pytest.approx(1241.4, abs=1e-6)
 
 
 def test_run_cases_without_tuner_on_the_real_simulator():
     pytest.importorskip("octopipe.schedule.library")
-    from octopipe.experiments.published import run_cases
+    from octopipe.experiments.octopipe_authors import run_cases
     exp = {"profiles": ["gpt_13b"], "devices": [4], "microbatches": [8], "comm": ["free", "node"],
            "interleaved_chunks": 2, "tuner": False, "node": NODE}
     res = run_cases(exp, ProfileOptions("type", 0.5, 0.1), {}, {}, 0)
@@ -191,7 +193,7 @@ def test_run_cases_without_tuner_on_the_real_simulator():
 
 
 def test_gate_holds_a_steady_forward_until_the_next_device_ran_a_backward():
-    from octopipe.experiments.published_gate import gated_makespan
+    from octopipe.experiments.octopipe_authors_gate import gated_makespan
     table = ScheduleTable.from_strings([["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"],
                                         ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]], [0, 1], 3)
     # F = 1, B = 2 per stage. Without the gate device 0 runs F2 at t=6 and the run ends at 12;

@@ -1,7 +1,9 @@
-"""`experiment=published`: the named baselines and the OctoPipe plan on the published profiles.
+"""`experiment=octopipe_authors`: the named baselines and the OctoPipe plan on the OctoPipe
+authors' per-layer profiles, against the figures of the authors' tool (PipelineSimulator, their
+graph-based simulator and bubble-aware tuner; reference/published-systems.md §1).
 
 For every profile preset (per-layer times measured by the OctoPipe authors), pipeline size,
-micro-batch count and communication setting (free, as the published tool assumes, or a real
+micro-batch count and communication setting (free, as the authors' tool assumes, or a real
 node's links), this driver builds the baselines, simulates them with `octopipe.sim`, and asks
 the tuner for a plan through `run_octopipe_tuner`:
 
@@ -16,9 +18,9 @@ Figures per row: makespan, per-device bubble ratio (idle share of the makespan; 
 device's compute from the cost table), efficiency against the lower bound (total work over the
 devices: no bubble, no exposed transfer), tuner seconds, and speedups of the OctoPipe plan.
 
-A separate check re-runs the published tool's own baseline conventions on the case the issue
+A separate check re-runs the authors' tool's own baseline conventions on the case the issue
 quotes (Nemotron-Nano-v2-9B, 4 devices, 8 micro-batches, communication free) and compares
-with its figures: see `published_check`.
+with its figures: see `authors_check`.
 """
 from __future__ import annotations
 
@@ -37,9 +39,9 @@ from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, descri
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.experiments import published_report as report
-from octopipe.experiments.published_gate import gated_makespan
-from octopipe.experiments.published_results import Case, CheckRow, Outcome, Results
+from octopipe.experiments import octopipe_authors_report as report
+from octopipe.experiments.octopipe_authors_gate import gated_makespan
+from octopipe.experiments.octopipe_authors_results import Case, CheckRow, Outcome, Results
 from octopipe.model.shard import SPLIT_DIM
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
@@ -97,7 +99,7 @@ def node_cluster(node: Mapping[str, Any], n_devices: int) -> Cluster:
 
 
 def comm_free(cluster: Cluster) -> Cluster:
-    """The same devices with transfers that take no time (the published tool's assumption)."""
+    """The same devices with transfers that take no time (the authors' tool's assumption)."""
     free = Link("free", math.inf, 0.0)
     return Cluster(f"{cluster.name}-comm-free", cluster.kinds, cluster.device_kind, cluster.node,
                    free, free)
@@ -220,13 +222,13 @@ def cases(exp: Mapping[str, Any]) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The published tool's own baseline conventions
+# The authors' tool's own baseline conventions
 
 
-def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
-                    simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
-                    table_of: Callable[..., ScheduleTable] = schedule_table) -> list[CheckRow]:
-    """Re-run the published tool's baselines on the case the issue quotes.
+def authors_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
+                  simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+                  table_of: Callable[..., ScheduleTable] = schedule_table) -> list[CheckRow]:
+    """Re-run the authors' tool's baselines on the case the issue quotes.
 
     Its conventions (PipelineSimulator, `_init_placement_and_partition`): uniform stages
     (`layers / (devices · chunks)` each); interleaved with `chunks = layers // devices`, i.e. one
@@ -245,20 +247,20 @@ def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
                      "total F + B over the devices, times rounded up to the tick")]
     s1 = Plan(uniform_partition(n, p), table_of("1f1b", p, m, 1))
     rows.append(CheckRow("s1f1b", simulate(s1, costs, cluster) * 1e3, float(ref["s1f1b_ms"]),
-                         f"{n // p} layers per stage (the published makespan counts one more "
+                         f"{n // p} layers per stage (the authors' makespan counts one more "
                          "tick)"))
     il = Plan(uniform_partition(n, p * v), table_of("interleaved", p, m, v))
     rows.append(CheckRow("interleaved", simulate(il, costs, cluster) * 1e3,
                          float(ref["interleaved_ms"]),
                          f"chunks = {v}, one layer per virtual stage; data dependencies only (the "
-                         "published simulator also holds a steady-state F until the next device "
+                         "authors' simulator also holds a steady-state F until the next device "
                          "has finished more B and its last op was a B)"))
     sc = StageCosts.bind(costs, il.partition, il.placement, [0] * p)
     rows.append(CheckRow("interleaved_gated",
                          gated_makespan(il.table, sc.f, sc.b, v) * 1e3,
                          float(ref["interleaved_ms"]),
-                         "the same table replayed with the published simulator's gate "
-                         "(octopipe.experiments.published_gate)"))
+                         "the same table replayed with the authors' simulator's gate "
+                         "(octopipe.experiments.octopipe_authors_gate)"))
     zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
     rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref["zbh_ms"]),
                          "uniform stages, I and W each rounded up to the tick (one tick short, as "
@@ -311,14 +313,14 @@ def run(inputs: Inputs) -> Result:
     The pure pieces above take the experiment as plain data (`exp`, the typed section's dict)."""
     cfg = inputs.config
     if not isinstance(cfg.cost, FileCost):
-        raise ConfigError(f"experiment=published runs on profiles: cost={cfg.cost.source} given, "
-                          f"cost=file expected")
+        raise ConfigError(f"experiment=octopipe_authors runs on profiles: cost={cfg.cost.source} "
+                          f"given, cost=file expected")
     exp = asdict(cfg.experiment)
     cost_opts = ProfileOptions.of(cfg.cost)
-    with case_progress(len(cases(exp)), "published", on_case=None if inputs.interactive else
+    with case_progress(len(cases(exp)), "octopipe_authors", on_case=None if inputs.interactive else
                        (lambda done, total, label: inputs.progress(f"case {label}"))) as step:
         res = run_cases(exp, cost_opts, cfg.tuner, cfg.solver, cfg.seed, progress=step)
-    res.check = published_check(exp["published_reference"], cost_opts)
+    res.check = authors_check(exp["authors_reference"], cost_opts)
     summary = report.summarize(res, exp)
     summary["cost"] = {"averaging": cost_opts.averaging, "split": cost_opts.split,
                        "tick_ms": cost_opts.tick_ms,
