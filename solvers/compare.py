@@ -40,6 +40,7 @@ from octopipe.config.presets import preset
 from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
 from octopipe.model.build import build_model
+from octopipe.progress import WeightedStep, weighted_progress
 from octopipe.schedule.table import loop_placement
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
@@ -48,7 +49,6 @@ from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
-from solvers.progress import Progress, progress_bar
 from solvers.result import PartitionResult
 
 BRUTE_MAX = 50_000          # partitions brute force may enumerate in the comparison
@@ -167,7 +167,7 @@ def solve_all(item: Instance, cfg: SolverConfig, joint_max_stages: int,
 
 
 def compare_solvers(instances: InstanceSet, cfg: SolverConfig, log=print,
-                    progress: Progress | None = None) -> list[dict]:
+                    progress: WeightedStep | None = None) -> list[dict]:
     """Rows of the comparison (one per instance and method), gaps filled in.
 
     `progress` hears of each case before it runs, weighted by instance size (layers x stages).
@@ -273,7 +273,7 @@ def plot_solve_times(rows: list[dict], path: Path) -> None:
 
 def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
                    overrides: Mapping[str, Any] | None = None, log=print,
-                   progress: Progress | None = None) -> dict:
+                   progress: WeightedStep | None = None) -> dict:
     """Run, print, and write results.csv, summary.json and solve_time.png into `out_dir`.
 
     Without `progress`, a progress bar shows the case being run when stdout is a terminal.
@@ -281,7 +281,7 @@ def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
     instances = (SMALL if small else FULL).with_overrides(overrides)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with progress_bar("solvers", show=False if progress else None) as bar:
+    with weighted_progress("solvers", show=False if progress else None) as bar:
         rows = compare_solvers(instances, cfg, log=log, progress=progress or bar)
     if not rows:
         raise OctoPipeError("the comparison has no instance: every stage count exceeds the models' layers")

@@ -14,9 +14,9 @@ from pathlib import Path
 from octopipe.errors import OctoPipeError
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
+from octopipe.progress import weighted_progress
 from solvers.compare import (FULL, SMALL, compare_solvers, plot_solve_times, summarize_methods,
                              tables)
-from solvers.progress import progress_bar
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:
@@ -33,7 +33,7 @@ def run(inputs: Inputs) -> Result:
                                                 "plain_time_limit_s") if getattr(options, k) is not None}
     instances = (SMALL if options.small else FULL).with_overrides(chosen)
     t0 = time.perf_counter()
-    with progress_bar("solvers", show=inputs.interactive) as bar:
+    with weighted_progress("solvers", show=inputs.interactive) as bar:
         rows = compare_solvers(instances, solver, log=(lambda line: None) if inputs.interactive else inputs.progress,
                        progress=bar)
     if not rows:
