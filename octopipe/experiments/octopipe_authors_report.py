@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from rich.table import Table
 
+from octopipe.config.experiment import OctoPipeAuthorsExperiment
 from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.modes.result import Artifact
 
@@ -26,7 +27,7 @@ def _geomean(xs: Sequence[float]) -> float | None:
     return float(math.exp(np.mean(np.log(xs)))) if xs else None
 
 
-def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
+def summarize(res: Results, exp: OctoPipeAuthorsExperiment) -> dict[str, Any]:
     """The summary.json document: every row, the check against the authors' figures, and the
     aggregates."""
     rows = []
@@ -72,15 +73,13 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
                              and o.case.comm == comm and o.device_bound_s), default=None)
         for p in sorted({o.case.devices for o in ours}) for comm in ("free", "node")}
     summary["tuner_s_max"] = max(o.tuner_s or 0.0 for o in ours)
-    ref = exp.get("authors_reference", {})
+    ref = exp.authors_reference
     for o in ours:
-        if (o.case.profile, o.case.devices, o.case.microbatches, o.case.comm) == (
-                ref.get("profile"), ref.get("devices"), ref.get("microbatches"), "free"):
-            summary["reference_case"] = {"makespan_ms": o.makespan_s * 1e3, "tuner_s": o.tuner_s}
-            if ref.get("octopipe_ms"):
-                summary["reference_case"].update({
-                    "authors_octopipe_ms": float(ref["octopipe_ms"]),
-                    "speedup_vs_authors_octopipe": float(ref["octopipe_ms"]) / (o.makespan_s * 1e3)})
+        if o.case == Case(ref.profile, ref.devices, ref.microbatches, "free"):
+            summary["reference_case"] = {
+                "makespan_ms": o.makespan_s * 1e3, "tuner_s": o.tuner_s,
+                "authors_octopipe_ms": float(ref.octopipe_ms),
+                "speedup_vs_authors_octopipe": float(ref.octopipe_ms) / (o.makespan_s * 1e3)}
     # How much of each plan's advantage survives real transfers: speedup with comm / without.
     survive = {}
     for c, v in sp.items():
@@ -98,12 +97,12 @@ def _short(name: str) -> str:
             "deepseek_16b": "deepseek-16b", "gpt_13b": "gpt-13b"}.get(name, name)
 
 
-def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
-    for item in report_items(res, exp):
+def print_tables(console: Any, res: Results) -> None:
+    for item in report_items(res):
         console.print(item)
 
 
-def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
+def report_items(res: Results) -> tuple[Any, ...]:
     """The terminal report: the results table, the conventions check and the note."""
     t = Table(title="experiment=octopipe_authors: makespan, efficiency vs lower bound, bubbles")
     for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
@@ -128,7 +127,7 @@ def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
     return (t, c, f"[yellow]{res.note}[/yellow]") if res.note else (t, c)
 
 
-def artifacts(res: Results, exp: Mapping[str, Any], summary: dict) -> tuple[Artifact, ...]:
+def artifacts(res: Results, exp: OctoPipeAuthorsExperiment, summary: dict) -> tuple[Artifact, ...]:
     """results.csv, the three plots and report.md."""
     text = _report_md(res, summary)
     return (Artifact("results.csv", lambda path: _write_csv(path, summary["rows"])),
@@ -138,7 +137,8 @@ def artifacts(res: Results, exp: Mapping[str, Any], summary: dict) -> tuple[Arti
             Artifact("report.md", lambda path: Path(path).write_text(text)))
 
 
-def write_artifacts(out_dir: Path, res: Results, exp: Mapping[str, Any], summary: dict) -> None:
+def write_artifacts(out_dir: Path, res: Results, exp: OctoPipeAuthorsExperiment,
+                    summary: dict) -> None:
     """Write `artifacts` into `out_dir` (the CLI's reporter does this atomically)."""
     for a in artifacts(res, exp, summary):
         a.write(Path(out_dir) / a.name)
@@ -183,12 +183,12 @@ def _plot_efficiency(path: Path, res: Results) -> None:
     plt.close(fig)
 
 
-def _plot_bubbles(path: Path, res: Results, exp: Mapping[str, Any]) -> None:
+def _plot_bubbles(path: Path, res: Results, exp: OctoPipeAuthorsExperiment) -> None:
     import matplotlib  # heavy: only for the figures
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy: only for the figures
-    ref = exp.get("authors_reference", {})
-    target = Case(str(ref.get("profile")), int(ref.get("devices", 0)), int(ref.get("microbatches", 0)), "free")
+    ref = exp.authors_reference
+    target = Case(ref.profile, ref.devices, ref.microbatches, "free")
     outs = [o for o in res.outcomes if o.case == target]
     if not outs:
         return

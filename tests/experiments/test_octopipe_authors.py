@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from rich.console import Console
 
+from octopipe.config.convert import convert
+from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAuthorsExperiment
 from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.io import CONF_DIR
 from octopipe.experiments import octopipe_authors_report as report
 from octopipe.experiments.octopipe_authors import (balanced_partition, baseline_plans, cases,
                                                    comm_free, device_busy_s, evaluate_case,
@@ -21,9 +26,15 @@ from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
 
-NODE = {"name": "n", "device": "H100", "peak_tflops": 989.4, "memory_gb": 80,
-        "memory_bandwidth_tbps": 3.35, "link": "nvlink", "link_bandwidth_gbps": 450,
-        "link_latency_us": 3}
+NODE = NodeSpec(name="n", device="H100", peak_tflops=989.4, memory_gb=80,
+                memory_bandwidth_tbps=3.35, link="nvlink", link_bandwidth_gbps=450,
+                link_latency_us=3)
+
+
+def _experiment(**over) -> OctoPipeAuthorsExperiment:
+    """The shipped preset's experiment section with `over` replaced, typed as the driver gets it."""
+    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / "octopipe_authors.yaml"))
+    return convert(OctoPipeAuthorsExperiment, {**raw["experiment"], **over}, "experiment.")
 
 
 def gpipe_like(name: str, p: int, m: int, chunks: int) -> ScheduleTable:
@@ -108,11 +119,12 @@ def test_busy_time_counts_every_stage_of_a_device():
 
 
 def test_case_grid_and_bad_comm():
-    exp = {"profiles": ["a", "b", "c", "d"], "devices": [4, 8], "microbatches": [8, 16],
-           "comm": ["free", "node"]}
+    exp = _experiment(profiles=["a", "b", "c", "d"], devices=[4, 8], microbatches=[8, 16],
+                      comm=["free", "node"])
     assert len(cases(exp)) == 32
-    with pytest.raises(ConfigError, match="experiment.comm: 'slow'"):
-        cases({**exp, "comm": ["slow"]})
+    assert cases(replace(exp, comm=("free",)))[0] == Case("a", 4, 8, "free")
+    with pytest.raises(ConfigError, match="experiment.comm.*'slow'"):
+        _experiment(comm=["slow"])
 
 
 def test_clusters():
@@ -134,9 +146,11 @@ def test_speedups_and_summary():
     assert sp["speedup_vs_s1f1b"] == pytest.approx(2.0 / 1.2)
     assert sp["speedup_vs_best_baseline"] == pytest.approx(1.25)
     assert speedups(outs[:2]) == {}
-    summary = report.summarize(Results(outcomes=outs, tuner=True), {})
+    summary = report.summarize(Results(outcomes=outs, tuner=True), _experiment())
     assert summary["geomean_speedup_vs_best_baseline"]["free"] == pytest.approx(1.25)
-    summary = report.summarize(Results(outcomes=outs[:2], tuner=False, note="no tuner"), {})
+    assert "reference_case" not in summary   # the preset's reference case is not among them
+    summary = report.summarize(Results(outcomes=outs[:2], tuner=False, note="no tuner"),
+                               _experiment())
     assert summary["note"] == "no tuner"
     assert all("speedup_vs_best_baseline" not in r for r in summary["rows"])
 
@@ -145,9 +159,12 @@ def test_artifacts_are_written(tmp_path):
     c = Case("x", 2, 4, "free")
     res = Results(outcomes=[_outcome(c, "s1f1b", 2.0), _outcome(c, "zbh1", 1.5),
                             _outcome(c, "octopipe", 1.2)], tuner=True)
-    exp = {"authors_reference": {"profile": "x", "devices": 2, "microbatches": 4}}
+    exp = _experiment()
+    exp = replace(exp, authors_reference=replace(exp.authors_reference, profile="x", devices=2,
+                                                 microbatches=4, octopipe_ms=1500.0))
     summary = report.summarize(res, exp)
-    report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res, exp)
+    assert summary["reference_case"]["speedup_vs_authors_octopipe"] == pytest.approx(1.25)
+    report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res)
     report.write_artifacts(tmp_path, res, exp, summary)
     for name in ("results.csv", "efficiency.png", "bubbles.png", "speedup.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
@@ -161,9 +178,9 @@ def test_authors_conventions_reproduce_the_issue_figures():
     of the authors' 1337.3 and 1143.6 ms (the authors' makespan counts one extra tick)."""
     pytest.importorskip("octopipe.schedule.library")
     from octopipe.experiments.octopipe_authors import authors_check
-    ref = {"profile": "nemotron_nano_v2_9b", "devices": 4, "microbatches": 8,
-           "lower_bound_ms": 857.2, "s1f1b_ms": 1337.3, "interleaved_ms": 1241.5,
-           "zbh_ms": 1143.6}
+    ref = AuthorsReference(profile="nemotron_nano_v2_9b", devices=4, microbatches=8,
+                           lower_bound_ms=857.2, s1f1b_ms=1337.3, interleaved_ms=1241.5,
+                           zbh_ms=1143.6, octopipe_ms=1058.1)
     rows = {r.schedule: r for r in authors_check(ref, ProfileOptions("type", 0.5, 0.1))}
     assert rows["lower_bound"].ours_ms == pytest.approx(857.2, abs=1e-6)
     assert rows["s1f1b"].ours_ms == pytest.approx(1337.2, abs=1e-6)
@@ -177,8 +194,8 @@ def test_authors_conventions_reproduce_the_issue_figures():
 def test_run_cases_without_tuner_on_the_real_simulator():
     pytest.importorskip("octopipe.schedule.library")
     from octopipe.experiments.octopipe_authors import run_cases
-    exp = {"profiles": ["gpt_13b"], "devices": [4], "microbatches": [8], "comm": ["free", "node"],
-           "interleaved_chunks": 2, "tuner": False, "node": NODE}
+    exp = replace(_experiment(profiles=["gpt_13b"], devices=[4], microbatches=[8],
+                              comm=["free", "node"], interleaved_chunks=2, tuner=False), node=NODE)
     res = run_cases(exp, ProfileOptions("type", 0.5, 0.1), {}, {}, 0)
     assert "experiment.tuner=false" in res.note
     by = {(o.case.comm, o.schedule): o for o in res.outcomes}
