@@ -40,6 +40,7 @@ from octopipe.config.presets import preset
 from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
 from octopipe.model.build import build_model
+from octopipe.progress import WeightedStep, weighted_progress
 from octopipe.schedule.table import loop_placement
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
@@ -48,7 +49,6 @@ from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
-from solvers.progress import Progress, progress_bar
 from solvers.result import PartitionResult
 
 BRUTE_MAX = 50_000          # partitions brute force may enumerate in the comparison
@@ -166,8 +166,8 @@ def solve_all(item: Instance, cfg: SolverConfig, joint_max_stages: int,
     return res
 
 
-def compare(instances: InstanceSet, cfg: SolverConfig, log=print,
-            progress: Progress | None = None) -> list[dict]:
+def compare_solvers(instances: InstanceSet, cfg: SolverConfig, log=print,
+                    progress: WeightedStep | None = None) -> list[dict]:
     """Rows of the comparison (one per instance and method), gaps filled in.
 
     `progress` hears of each case before it runs, weighted by instance size (layers x stages).
@@ -208,7 +208,7 @@ def compare(instances: InstanceSet, cfg: SolverConfig, log=print,
     return rows
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize_methods(rows: list[dict]) -> dict:
     """Per method: instances, mean/max solve time, proven-optimal count, mean/max gap."""
     out: dict[str, dict] = {}
     for m in sorted({r["method"] for r in rows}):
@@ -251,7 +251,7 @@ def print_table(rows: list[dict], summary: dict) -> None:
         con.print(t)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot_solve_times(rows: list[dict], path: Path) -> None:
     import matplotlib  # heavy: loaded only when a figure is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy: only for the figure
@@ -273,7 +273,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
                    overrides: Mapping[str, Any] | None = None, log=print,
-                   progress: Progress | None = None) -> dict:
+                   progress: WeightedStep | None = None) -> dict:
     """Run, print, and write results.csv, summary.json and solve_time.png into `out_dir`.
 
     Without `progress`, a progress bar shows the case being run when stdout is a terminal.
@@ -281,17 +281,17 @@ def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,
     instances = (SMALL if small else FULL).with_overrides(overrides)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with progress_bar("solvers", show=False if progress else None) as bar:
-        rows = compare(instances, cfg, log=log, progress=progress or bar)
+    with weighted_progress("solvers", show=False if progress else None) as bar:
+        rows = compare_solvers(instances, cfg, log=log, progress=progress or bar)
     if not rows:
         raise OctoPipeError("the comparison has no instance: every stage count exceeds the models' layers")
-    summary = summarize(rows)
+    summary = summarize_methods(rows)
     print_table(rows, summary)
     with open(out_dir / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    plot(rows, out_dir / "solve_time.png")
+    plot_solve_times(rows, out_dir / "solve_time.png")
     doc = {"solver": cfg.name, "time_limit_s": cfg.time_limit_s, "small": small,
            "n_instances": len({r["instance"] for r in rows}), "n_results": len(rows),
            "wall_time_s": time.perf_counter() - t0, "methods": summary, "rows": rows,

@@ -6,7 +6,7 @@ Field docs, types and defaults live here and only here; YAML presets under conf/
 from octopipe.config.cluster import ClusterConfig
 from octopipe.config.convert import convert, defaults_of
 from octopipe.config.cost import AnalyticCost, CostConfig, FileCost, ProfiledCost
-from octopipe.config.experiment import (ExperimentConfig, PublishedExperiment,
+from octopipe.config.experiment import (ExperimentConfig, OctoPipeAuthorsExperiment,
                                         TabularExperiment)
 from octopipe.config.loader import cost_config, load
 from octopipe.config.model import ModelConfig
@@ -20,6 +20,6 @@ from octopipe.config.store import register
 from octopipe.config.tuner import TunerConfig
 
 __all__ = ["AnalyticCost", "ClusterConfig", "Config", "CostConfig", "ExperimentConfig",
-           "FileCost", "ModelConfig", "ProfiledCost", "PublishedExperiment", "RuntimeConfig",
+           "FileCost", "ModelConfig", "OctoPipeAuthorsExperiment", "ProfiledCost", "RuntimeConfig",
            "ScheduleConfig", "SimConfig", "SolverCompare", "SolverConfig", "TabularExperiment",
            "TunerConfig", "convert", "cost_config", "defaults_of", "load", "preset", "register"]

@@ -22,7 +22,7 @@ class ExperimentConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
-    """One node of identical devices (experiment=published, comm=node)."""
+    """One node of identical devices (experiment=octopipe_authors, comm=node)."""
 
     name: str = setting(REQUIRED, "cluster name")
     device: str = setting(REQUIRED, "device kind name")
@@ -35,8 +35,9 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PublishedReference:
-    """The published tool's figures on one case, which the experiment reproduces (comm free)."""
+class AuthorsReference:
+    """The OctoPipe authors' figures on one case (their simulator and tuner, PipelineSimulator),
+    which the experiment reproduces (comm free)."""
 
     profile: str = setting(REQUIRED, "profile name")
     devices: int = setting(REQUIRED, "pipeline devices", ge=1)
@@ -45,25 +46,25 @@ class PublishedReference:
     s1f1b_ms: float = setting(REQUIRED, "1F1B iteration time", gt=0)
     interleaved_ms: float = setting(REQUIRED, "interleaved 1F1B iteration time", gt=0)
     zbh_ms: float = setting(REQUIRED, "ZB-H iteration time", gt=0)
-    octopipe_ms: float = setting(REQUIRED, "the published OctoPipe plan's iteration time", gt=0)
+    octopipe_ms: float = setting(REQUIRED, "the authors' OctoPipe plan's iteration time", gt=0)
 
 
 @dataclass(frozen=True, kw_only=True)
-class PublishedExperiment(ExperimentConfig):
-    """experiment=published: head-to-head on the OctoPipe authors' profiles."""
+class OctoPipeAuthorsExperiment(ExperimentConfig):
+    """experiment=octopipe_authors: head-to-head on the OctoPipe authors' profiles."""
 
     profiles: tuple[str, ...] = setting(REQUIRED, "shipped profiles (cost.preset names)")
     devices: tuple[int, ...] = setting(REQUIRED, "pipeline device counts", ge=1)
     microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1)
     comm: tuple[Literal["free", "node"], ...] = setting(
-        REQUIRED, "free: transfers cost nothing (the published tool) | node: the node's link")
+        REQUIRED, "free: transfers cost nothing (the authors' tool) | node: the node's link")
     interleaved_chunks: int = setting(2, "chunks per device of the interleaved baseline", ge=1)
     baselines: tuple[str, ...] = setting(REQUIRED, "baseline schedules")
     tuner: bool = setting(True, "ask octopipe.tune.tune for the OctoPipe plan")
     split_layers: bool = setting(True, "let the tuner split MLP/MoE/head rows into pieces (each "
                                        "an even share of the measured row)")
     node: NodeSpec = setting(REQUIRED, "the device node of comm=node")
-    published_reference: PublishedReference = setting(REQUIRED, "the figures to reproduce")
+    authors_reference: AuthorsReference = setting(REQUIRED, "the figures to reproduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,5 +103,5 @@ class TabularExperiment(ExperimentConfig):
 
 
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
-    "published": PublishedExperiment, "tabular": TabularExperiment,
+    "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
     "suite": ExperimentConfig, "suite_large": ExperimentConfig}

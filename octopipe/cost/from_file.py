@@ -26,15 +26,15 @@ profile file names it).
 
 Labels name a layer's type. A composite label such as `M+E` (a Mamba layer with the embedding
 folded in) or `-+H` (an MLP with the LM head folded in) says the measured time is the sum of its
-parts. `averaging=type` applies the published OctoPipe tool's rule: every layer's time becomes
+parts. `averaging=type` applies the OctoPipe authors' tool's rule (PipelineSimulator): every layer's time becomes
 the mean of its type's measured times; a part that never appears alone is inferred from the
 composites by subtraction (`E = t(M+E) - mean(M)`), and a composite's time is the sum of its
 parts' means. A composite whose parts cannot all be inferred keeps its measured time.
 `averaging=raw` keeps every layer's measured time.
 
 When only the full backward is known, the schedule's split backward uses I = split·B and
-W = (1 - split)·B; `split=0.5` is the published convention (I = W = B/2). `tick_ms` rounds every
-F and full B up to a multiple of the tick (the published simulator counts in 0.1 ms ticks); the
+W = (1 - split)·B; `split=0.5` is the authors' convention (I = W = B/2). `tick_ms` rounds every
+F and full B up to a multiple of the tick (the authors' simulator counts in 0.1 ms ticks); the
 split is taken from the rounded B, so F + B totals stay those of the rounded profile.
 
 The profile defines the layers: `model_from_profile` builds the ModelSpec it describes, so that
@@ -346,16 +346,17 @@ def write_profile(profile: Profile, path: str | Path) -> None:
 # Presets
 
 
-def preset_names() -> tuple[str, ...]:
+def profile_presets() -> tuple[str, ...]:
+    """The names of the OctoPipe authors' per-layer profiles shipped in `octopipe/cost/profiles/`."""
     return tuple(sorted(p.stem for p in PRESET_DIR.glob("*.json")))
 
 
 def load_preset(name: str) -> Profile:
-    """A published profile shipped in `octopipe/cost/profiles/<name>.json`."""
+    """One of the OctoPipe authors' per-layer profiles shipped in `octopipe/cost/profiles/<name>.json`."""
     path = PRESET_DIR / f"{name}.json"
     if not path.is_file():
         raise ConfigError(f"cost.preset={name!r} is not a profile preset; valid: "
-                          f"{', '.join(preset_names())}")
+                          f"{', '.join(profile_presets())}")
     return read_profile(path)
 
 
@@ -419,7 +420,7 @@ def ceil_to_tick(times: np.ndarray, tick_ms: float | None) -> np.ndarray:
 class ProfileOptions:
     """How a profile becomes costs: averaging (`raw`|`type`), backward split, tick rounding.
 
-    `round_split` rounds I and W each up to the tick (instead of the full B), as the published
+    `round_split` rounds I and W each up to the tick (instead of the full B), as the authors'
     tool does for its split-backward (ZB-H) baseline; B = I + W may then exceed the rounded B.
     """
 
@@ -563,10 +564,10 @@ def profile_of(cost: FileCost) -> Profile:
     if preset:
         return load_preset(str(preset))
     raise ConfigError(f"cost=file needs cost.path=PATH (a .csv or .json profile) or "
-                      f"cost.preset=NAME; presets: {', '.join(preset_names())}")
+                      f"cost.preset=NAME; presets: {', '.join(profile_presets())}")
 
 
-def profile_model(cost: FileCost, model: ModelSpec | None) -> ModelSpec:
+def model_for_file_cost(cost: FileCost, model: ModelSpec | None) -> ModelSpec:
     """The ModelSpec to plan with under `cost=file`: `model` when its layer count matches the
     profile's, otherwise the profile's own layers (`model_from_profile`)."""
     profile = profile_of(cost)

@@ -113,9 +113,9 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def profile_model(model: ModelSpec, device: torch.device, repeats: int = 5, warmup: int = 2,
-                  threads: int = 1, cache_dir: Path | None = None,
-                  statistic: str = "median") -> list[dict[str, float]]:
+def time_layers(model: ModelSpec, device: torch.device, repeats: int = 5, warmup: int = 2,
+                threads: int = 1, cache_dir: Path | None = None,
+                statistic: str = "median") -> list[dict[str, float]]:
     """Per-layer timings, each distinct layer measured once (and cached when `cache_dir`)."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -145,8 +145,8 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
     if not isinstance(cost, ProfiledCost):
         cost = convert(ProfiledCost, {**to_plain(cost), "source": "profiled"}, "cost.")
     cache = cost.cache_dir
-    times = profile_model(model, _device(cost.device), cost.repeats, cost.warmup, cost.threads,
-                          Path(cache) if cache else None, cost.statistic)
+    times = time_layers(model, _device(cost.device), cost.repeats, cost.warmup, cost.threads,
+                        Path(cache) if cache else None, cost.statistic)
     base = analytic_costs(cost, model, cluster)
     k = len(base.kinds)
     col = {name: np.repeat(np.array([t[name] for t in times])[:, None], k, axis=1) for name in "fiw"}

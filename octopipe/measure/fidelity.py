@@ -9,7 +9,7 @@ simulator's model of the schedule (dependencies, transfers, dispatch) apart from
 inputs predicted the compute. Emulated mode: modelled costs are scaled to sleepable durations (and
 message sizes to loopback-friendly ones), and the simulator gets exactly the scaled table, so the
 comparison isolates what the runtime adds: dispatch, threads, transfers (`runtime.emulation`).
-`compare` and `summarise` take the `Job` that is (or was) launched.
+`measure_fidelity` and `summarise` take the `Job` that is (or was) launched.
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def summarise(job: Job, results: list[ExecutionResult], calibration: Calibration
                       first, None, samples)
 
 
-def compare(job: Job, calibration: Calibration | None = None) -> Comparison:
+def measure_fidelity(job: Job, calibration: Calibration | None = None) -> Comparison:
     """Execute `job` once and simulate it: from the in-situ `calibration` (real mode) when
     given, else from the job's costs."""
     return summarise(job, [execute(job)], calibration)

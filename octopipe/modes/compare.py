@@ -31,7 +31,7 @@ from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, SimResult, Simulator
-from octopipe.sim.trace import chrome_trace, timeline_png
+from octopipe.sim.trace import sim_timeline_png, sim_trace
 
 Partitioner = Callable[[int], Sequence[tuple[int, int]]]
 
@@ -211,8 +211,8 @@ def run(inputs: Inputs) -> Result:
     best = min(simulated, key=lambda r: r["makespan_s"])
     res = results[best["schedule"]]
     artifacts = (text_artifact("report.md", report_md(title, rows, policy_rows, skipped, levels)),
-                 compact_json_artifact("trace.json", chrome_trace(res)),
-                 Artifact("timeline.png", lambda path: timeline_png(res, path)))
+                 compact_json_artifact("trace.json", sim_trace(res)),
+                 Artifact("timeline.png", lambda path: sim_timeline_png(res, path)))
     changed = len({tuple(r.get(k) for r in rows) for k in ("rank_formula", "rank_idealized", "rank_sim")}) > 1
     return Result({"model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
                    "semantics": semantics, "best_schedule": best["schedule"],

@@ -88,7 +88,7 @@ from octopipe.plan import Plan, plan_model
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
-from octopipe.runtime.trace import chrome_trace
+from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.schedule.plan_io import load_plan
 from octopipe.tune.split import LayerSplitter, model_splitter
@@ -287,7 +287,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
                            "pinned": list(plan_job.pinned) if plan_job.pinned else None}
         rows.append(c)
-        trace = chrome_trace(c.result.events, list(plan_job.measured))
+        trace = measured_trace(c.result.events, list(plan_job.measured))
         artifacts.append(json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))
         if plan_job is jobs[0]:
             artifacts.extend(plan_artifacts(plan_job.plan))

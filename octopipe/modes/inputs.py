@@ -10,7 +10,7 @@ from octopipe.cluster import Cluster
 from octopipe.cluster_presets import cluster_from_config
 from octopipe.config.cost import CostConfig, FileCost
 from octopipe.config.schema import Config
-from octopipe.cost.from_file import profile_model
+from octopipe.cost.from_file import model_for_file_cost
 from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
@@ -34,7 +34,7 @@ def splitter_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
     if cost.source == "analytic" and costs.n_layers == model.n_layers:
         return model_splitter(model, lambda m: cost_table(cost, m, cluster))
     if costs.n_layers != model.n_layers and isinstance(cost, FileCost):
-        model = profile_model(cost, model)
+        model = model_for_file_cost(cost, model)
     if costs.n_layers != model.n_layers:
         return None
     return row_splitter(costs, [x.kind in SPLIT_DIM for x in model.layers])
@@ -70,7 +70,7 @@ class Inputs:
         its own layers, and the model then follows the profile."""
         model, costs = self.model, self.costs
         if costs.n_layers != model.n_layers and isinstance(self.config.cost, FileCost):
-            model = profile_model(self.config.cost, model)
+            model = model_for_file_cost(self.config.cost, model)
         if costs.n_layers != model.n_layers:
             raise ConfigError(f"cost: the cost table has {costs.n_layers} layers but model "
                               f"{model.name!r} has {model.n_layers}; choose a matching model or costs")

@@ -54,7 +54,7 @@ def layer_rows(model: ModelSpec, costs: CostTable, kind: int) -> list[dict]:
             for j, x in enumerate(model.layers)]
 
 
-def write_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
+def write_cost_table_csv(path: Path, model: ModelSpec, costs: CostTable) -> None:
     """Every layer × device kind: the cost table a user can open in a spreadsheet."""
     with Path(path).open("w", newline="") as fh:
         out = csv.writer(fh)
@@ -124,4 +124,4 @@ def run(inputs: Inputs) -> Result:
         "static_bytes_total": static,
         "device_memory_bytes": device.memory_bytes,
         "layer_table": rows,
-    }, (table, line), (Artifact("cost_table.csv", lambda path: write_csv(path, model, costs)),))
+    }, (table, line), (Artifact("cost_table.csv", lambda path: write_cost_table_csv(path, model, costs)),))

@@ -13,9 +13,9 @@ from octopipe.errors import InfeasibleError
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
-from octopipe.schedule.render import chrome_trace
+from octopipe.schedule.render import bars_trace
 from octopipe.tune import tune
-from octopipe.tune.report_md import plan_report, sim_bars, timeline_png
+from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
 
 GIB = 2.0 ** 30
 
@@ -79,12 +79,11 @@ def run(inputs: Inputs) -> Result:
     if res.split_text():
         report.append(f"Layers split so that no device waits on one heavy layer: {res.split_text()}")
 
-    bars = sim_bars(res.sim_result)
     title = (f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
              f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}")
     artifacts = (*plan_artifacts(res.plan),
-                 compact_json_artifact("trace.json", chrome_trace(bars)),
-                 Artifact("timeline.png", lambda path: timeline_png(path, bars, title=title)),
+                 compact_json_artifact("trace.json", bars_trace(sim_bars(res.sim_result))),
+                 Artifact("timeline.png", lambda path: plan_timeline_png(path, res.sim_result, title)),
                  json_artifact("history.json", {"history": res.history, "search": res.search_stats,
                                                 "ilp": res.ilp}),
                  text_artifact("report.md", plan_report(res, model.name, cluster.name, pp, mb)))

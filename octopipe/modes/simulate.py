@@ -27,7 +27,7 @@ from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, Simulator
 from octopipe.sim.result import CAUSES
-from octopipe.sim.trace import chrome_trace, timeline_png
+from octopipe.sim.trace import sim_timeline_png, sim_trace
 
 
 def jitter_of(sim: SimConfig, cv: float | None = None) -> Jitter:
@@ -123,8 +123,8 @@ def run(inputs: Inputs) -> Result:
     report.append(causes)
     if res.over_capacity:
         report.append(f"[red]over capacity: devices {list(res.over_capacity)}[/red]")
-    artifacts: list[Artifact] = [compact_json_artifact("trace.json", chrome_trace(res)),
-                                 Artifact("timeline.png", lambda path: timeline_png(res, path)),
+    artifacts: list[Artifact] = [compact_json_artifact("trace.json", sim_trace(res)),
+                                 Artifact("timeline.png", lambda path: sim_timeline_png(res, path)),
                                  *plan_artifacts(plan)]
     if opts["policy"] == "ready_first":
         artifacts.append(table_artifact("executed_schedule.csv", res.executed_table()))

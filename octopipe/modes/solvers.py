@@ -14,8 +14,9 @@ from pathlib import Path
 from octopipe.errors import OctoPipeError
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
-from solvers.compare import FULL, SMALL, compare, plot, summarize, tables
-from solvers.progress import progress_bar
+from octopipe.progress import weighted_progress
+from solvers.compare import (FULL, SMALL, compare_solvers, plot_solve_times, summarize_methods,
+                             tables)
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:
@@ -32,15 +33,15 @@ def run(inputs: Inputs) -> Result:
                                                 "plain_time_limit_s") if getattr(options, k) is not None}
     instances = (SMALL if options.small else FULL).with_overrides(chosen)
     t0 = time.perf_counter()
-    with progress_bar("solvers", show=inputs.interactive) as bar:
-        rows = compare(instances, solver, log=(lambda line: None) if inputs.interactive else inputs.progress,
+    with weighted_progress("solvers", show=inputs.interactive) as bar:
+        rows = compare_solvers(instances, solver, log=(lambda line: None) if inputs.interactive else inputs.progress,
                        progress=bar)
     if not rows:
         raise OctoPipeError("the comparison has no instance: every stage count exceeds the models' layers")
-    methods = summarize(rows)
+    methods = summarize_methods(rows)
     summary = {"solver": solver.name, "n_instances": len({r["instance"] for r in rows}),
                "n_results": len(rows), "wall_time_s": time.perf_counter() - t0, "methods": methods,
                "rows": rows, "results_csv": "results.csv", "plot_png": "solve_time.png"}
     return Result(summary, tables(rows, methods),
                   (Artifact("results.csv", lambda path: _write_rows(path, rows)),
-                   Artifact("solve_time.png", lambda path: plot(rows, path))))
+                   Artifact("solve_time.png", lambda path: plot_solve_times(rows, path))))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from octopipe.runtime.transport import BWD, Key
 
 
-def chrome_trace(events: list[list[dict]], iterations: list[int] | None = None) -> dict:
+def measured_trace(events: list[list[dict]], iterations: list[int] | None = None) -> dict:
     """`events[rank]` as recorded by the workers (perf_counter seconds, comparable across the
     processes of one machine); `iterations` keeps only those iterations (all when None)."""
     keep = (lambda e: True) if iterations is None else (lambda e: e["it"] in iterations)

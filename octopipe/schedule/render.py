@@ -235,7 +235,6 @@ def idealized_trace(it: IdealizedTable) -> dict:
     return bars_trace(idealized_bars(it), IDEALIZED_SLOT_US, process=f"{it.table.name} (idealized)")
 
 
-chrome_trace = bars_trace  # the name modes/plan.py imports until the rename after merge
 
 __all__ = ["Bar", "kind_colour", "grid_renderable", "print_grid", "grid_text", "legend", "gantt_png",
            "bars_trace", "write_trace", "idealized_bars", "idealized_timeline",

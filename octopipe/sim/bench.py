@@ -22,7 +22,7 @@ import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.table import CostTable
-from octopipe.sim.simulator import Simulator, compiled
+from octopipe.sim.simulator import Simulator, compile_cached
 
 
 def _cluster(n: int) -> Cluster:
@@ -61,7 +61,7 @@ def scaling(devices: list[int], microbatches: list[int], repeat: int) -> list[di
             table, cost, cluster = one_f_one_b(p, m), _cost(p), _cluster(p)
 
             def build() -> Simulator:
-                compiled.cache_clear()
+                compile_cached.cache_clear()
                 return Simulator(table, cost, cluster)
             compile_s = _best_of(build, repeat)
             sim = build()
@@ -90,7 +90,7 @@ def versus_torch(p: int, chunks: int, m: int, repeat: int) -> dict:
     sim = Simulator(table, cost, cluster)
     ours_s = _best_of(lambda: sim.run(), repeat)
     def cold() -> None:
-        compiled.cache_clear()
+        compile_cached.cache_clear()
         Simulator(table, cost, cluster).run()
     cold_s = _best_of(cold, repeat)
     n = sum(len(table.actions(d)) for d in range(p))

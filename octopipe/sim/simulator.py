@@ -32,7 +32,7 @@ POLICIES = ("strict", "ready_first")
 
 
 @lru_cache(maxsize=64)
-def compiled(table: ScheduleTable) -> Program:
+def compile_cached(table: ScheduleTable) -> Program:
     """`compile_table`, remembered for the last tables seen (the tuner re-times the same tables)."""
     return compile_table(table)
 
@@ -72,7 +72,7 @@ class Simulator:
         if isinstance(table, Plan):
             partition = partition or table.partition
             table = table.table
-        self.program = table if isinstance(table, Program) else compiled(table)
+        self.program = table if isinstance(table, Program) else compile_cached(table)
         self.durations: Durations | None = None
         if cost is not None:
             if cluster is None:

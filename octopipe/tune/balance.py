@@ -11,7 +11,7 @@ from octopipe.errors import ConfigError
 
 
 def lpt_placement(stage_work: np.ndarray, n_devices: int) -> tuple[int, ...]:
-    """Stages to devices by longest-processing-time first (the published `balanced_transpose`).
+    """Stages to devices by longest-processing-time first (the OctoPipe authors' `balanced_transpose`).
 
     Heaviest stage first, each to the least-loaded device that does not hold a neighbouring
     stage (so consecutive stages stay on different devices when the count allows it).

@@ -2,7 +2,7 @@
 
 A `Candidate` fixes the three levers: partition (layers per stage), placement (stage → device)
 and a scheduling policy (split backward or not, in-flight limits, priority order). The policy is
-run by the list scheduler and frozen into a table, the way the published tuner's schedule is
+run by the list scheduler and frozen into a table, the way the OctoPipe authors' tuner's schedule is
 the trace of its simulator's policy.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The tuner's cheap estimator: a list scheduler with delays but no link contention.
 
 `list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
-cached), or the same algorithm in Python when no compiler is available. The published tuner
+cached), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
 ranks thousands of candidates with such an estimator and fully simulates only the best few; the
 executed order it returns is also how the tuner turns a priority policy into a frozen table.
 """
@@ -91,7 +91,7 @@ def _lib() -> "ctypes.CDLL | None":
     return _LIB or None
 
 
-def compiled() -> bool:
+def c_kernel_available() -> bool:
     """True when the C engine is in use (False: the Python fallback)."""
     return _lib() is not None
 

@@ -6,7 +6,7 @@ Schedule: split backward on/off (1F1B-like vs zero-bubble), in-flight limit up/d
 memory-bound, priority order of F/I/W, tie-breaks, W deferral threshold; the stage count per
 device (1 = 1F1B-like, more = interleaved or V-shaped) changes through split/merge.
 
-Each generator returns `(candidate, benefit)` pairs; the benefit is the published tuner's bubble
+Each generator returns `(candidate, benefit)` pairs; the benefit is the OctoPipe authors' tuner's bubble
 pressure heuristic (move compute towards devices that idle most and carry least), used to rank
 moves before the estimator runs.
 """
@@ -28,7 +28,7 @@ Move = tuple[Candidate, float]
 
 
 def pressure(attr: Attribution, load: np.ndarray) -> np.ndarray:
-    """Per device: idle share minus a quarter of its relative static load (published rule)."""
+    """Per device: idle share minus a quarter of its relative static load (the OctoPipe authors' rule)."""
     T = attr.makespan if attr.makespan > 0 else 1.0
     top = load.max() if load.max() > 0 else 1.0
     return attr.idle / T - 0.25 * load / top

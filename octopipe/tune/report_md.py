@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from octopipe.schedule.action import Action
-from octopipe.schedule.timeline import Timeline, save_timeline_png, timeline
 from octopipe.sim.trace import sim_timeline_png
 from octopipe.tune.attribution import CAUSES
 
@@ -28,29 +26,6 @@ def sim_bars(sim) -> list[tuple]:
 def plan_timeline_png(path, sim, title: str) -> Path:
     """The plan's timeline.png: the device timeline of its simulation (`sim`, a SimResult)."""
     return sim_timeline_png(sim, path, title)
-
-
-def _timeline_of_sim_bars(bars: list[tuple]) -> Timeline:
-    """The inverse of `sim_bars`: ``dev d`` bars are compute slices, ``link s→d`` bars transfers."""
-    compute = {"device": [], "kind": [], "start": [], "end": [], "stage": [], "microbatch": []}
-    transfers = {"src": [], "dst": [], "kind": [], "start": [], "end": []}
-    for lane, kind, t0, t1, text in bars:
-        if lane.startswith("link "):
-            src, dst = lane[5:].split("→")
-            for key, value in zip(transfers, (int(src), int(dst), kind, t0, t1)):
-                transfers[key].append(value)
-            continue
-        a = Action.parse(text)
-        for key, value in zip(compute, (int(lane[4:]), kind, t0, t1, a.stage, a.microbatch)):
-            compute[key].append(value)
-    n_devices = 1 + max(compute["device"] + transfers["src"] + transfers["dst"], default=0)
-    return timeline(n_devices, compute, transfers)
-
-
-def timeline_png(path, bars: list[tuple], title: str, max_bars: int = 3000) -> Path:
-    """The plan's timeline.png from `sim_bars` (the call modes/plan.py makes until the rename
-    after merge; `max_bars` is no longer needed: every size draws as fast)."""
-    return save_timeline_png(path, _timeline_of_sim_bars(bars), title)
 
 
 def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:

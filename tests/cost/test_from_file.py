@@ -1,4 +1,4 @@
-"""cost=file: profile formats, errors, type-averaging, and the published profiles as presets."""
+"""cost=file: profile formats, errors, type-averaging, and the OctoPipe authors' profiles as presets."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,10 @@ import pytest
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.config.cost import FileCost
 from octopipe.cost.from_file import (Profile, ProfileOptions, load_cost_file, load_preset,
-                                     model_from_profile, parse_csv, parse_json, preset_names,
-                                     profile_cost_table, profile_times, read_profile,
-                                     type_average, type_means, write_profile)
+                                     model_for_file_cost, model_from_profile, parse_csv,
+                                     parse_json, profile_cost_table, profile_presets,
+                                     profile_times, read_profile, type_average, type_means,
+                                     write_profile)
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind
 
@@ -156,7 +157,7 @@ def test_cfg_path_and_preset(tmp_path):
 
 
 def test_presets_carry_attribution_and_labels():
-    assert set(preset_names()) >= {"gpt_oss_20b", "nemotron_nano_v2_9b", "deepseek_16b", "gpt_13b"}
+    assert set(profile_presets()) >= {"gpt_oss_20b", "nemotron_nano_v2_9b", "deepseek_16b", "gpt_13b"}
     layers = {"gpt_oss_20b": 24, "nemotron_nano_v2_9b": 56, "deepseek_16b": 28, "gpt_13b": 40}
     for name, n in layers.items():
         prof = load_preset(name)
@@ -186,7 +187,7 @@ def _cluster(kinds=("H800",)) -> Cluster:
 
 def test_nemotron_lower_bound_matches_published_figure():
     # Published: Nemotron-Nano-v2-9B, 4 devices, 8 micro-batches, type-averaged times counted
-    # in the published simulator's 0.1 ms ticks: total work / 4 = 857.2 ms.
+    # in the authors' simulator's 0.1 ms ticks: total work / 4 = 857.2 ms.
     cfg = {"preset": "nemotron_nano_v2_9b", "averaging": "type", "split": 0.5, "tick_ms": 0.1}
     table = load_cost_file(cfg, None, _cluster())
     work_ms = (table.f.sum() + table.b.sum()) * 1e3
@@ -217,16 +218,15 @@ def test_round_split_rounds_each_half_like_the_published_zero_bubble_baseline():
     assert halves["i"] == pytest.approx([0.6]) and halves["w"] == pytest.approx([0.6])
 
 
-def test_profile_model_follows_the_profile_when_layer_counts_differ():
-    from octopipe.cost.from_file import profile_model
+def test_model_for_file_cost_follows_the_profile_when_layer_counts_differ():
     cfg = {"preset": "deepseek_16b"}
-    own = profile_model(cfg, None)
+    own = model_for_file_cost(cfg, None)
     assert own.n_layers == 28 and own.name == "deepseek-16B"
     assert own.layers[0].name == "D+E" and own.layers[0].kind == LayerKind.MLP
     assert own.layers[5].kind == LayerKind.MOE and own.layers[-1].name == "M+H"
-    assert profile_model(cfg, own) is own
+    assert model_for_file_cost(cfg, own) is own
     other = model_from_profile(load_preset("gpt_13b"))
-    assert profile_model(cfg, other).n_layers == 28
+    assert model_for_file_cost(cfg, other).n_layers == 28
 
 
 def test_describe_states_the_assumed_split():

@@ -16,7 +16,7 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
-from octopipe.measure.fidelity import compare
+from octopipe.measure.fidelity import measure_fidelity
 from octopipe.measure.insitu import calibration_partition
 from octopipe.measure.machine import local_cluster
 from octopipe.model.shard import shard_model
@@ -25,7 +25,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, plan_model, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.pinning import can_pin, core_ids, pin_map
-from octopipe.runtime.trace import chrome_trace
+from octopipe.runtime.trace import measured_trace
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.plan_io import save_plan
@@ -131,10 +131,10 @@ def test_emulated_eight_ranks_track_the_simulator():
     plan = Plan(uniform_partition(n, n), table)
     cluster = local_cluster(n, Link("loopback", 5e8, 1e-4))
     config = RuntimeConfig(compute="emulated", dispatch="strict", iterations=1, warmup=1, emulate_step_s=0.004)
-    c = compare(Job(plan, None, config, costs=costs, cluster=cluster))
+    c = measure_fidelity(Job(plan, None, config, costs=costs, cluster=cluster))
     assert c.grad_check_max_rel_err is None
     assert c.fidelity_error < 0.35, c.summary()
-    trace = chrome_trace(c.result.events)
+    trace = measured_trace(c.result.events)
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(n))
 
 

@@ -53,7 +53,7 @@ def test_gantt_png_is_written(tmp_path):
     assert generic.stat().st_size > 1000
 
 
-def test_chrome_trace_events_carry_the_slots(tmp_path):
+def test_bars_trace_events_carry_the_slots(tmp_path):
     it = idealize(one_f_one_b(2, 2), "1:1:1")
     trace = idealized_trace(it)
     ev = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}

@@ -7,7 +7,7 @@ import pytest
 
 from octopipe.sim import Simulator
 from octopipe.sim.graph import critical_path, find_cycle, to_networkx
-from octopipe.sim.trace import chrome_trace, timeline_png
+from octopipe.sim.trace import sim_timeline_png, sim_trace
 from octopipe.schedule.table import ScheduleTable
 from tests.sim.conftest import one_f_one_b_table
 
@@ -30,9 +30,9 @@ def test_find_cycle_on_an_impossible_order():
     assert find_cycle(Simulator(one_f_one_b_table(3, 3)).program) is None
 
 
-def test_chrome_trace_has_flows_from_send_to_recv(tmp_path):
+def test_sim_trace_has_flows_from_send_to_recv(tmp_path):
     res = Simulator(one_f_one_b_table(3, 4)).uniform(1.0, 2.0, transfer=0.5).run()
-    doc = json.loads(json.dumps(chrome_trace(res)))
+    doc = json.loads(json.dumps(sim_trace(res)))
     ev = doc["traceEvents"]
     starts = {e["id"]: e for e in ev if e["ph"] == "s"}
     ends = {e["id"]: e for e in ev if e["ph"] == "f"}
@@ -41,5 +41,5 @@ def test_chrome_trace_has_flows_from_send_to_recv(tmp_path):
         assert s["pid"] == res.program.t_src[t] and ends[t]["pid"] == res.program.t_dst[t]
         assert ends[t]["ts"] >= s["ts"]
     assert sum(e["ph"] == "X" and e["tid"] == 0 for e in ev) == res.program.n_compute
-    timeline_png(res, tmp_path / "t.png")
+    sim_timeline_png(res, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"

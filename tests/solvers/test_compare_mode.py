@@ -10,7 +10,6 @@ import pytest
 
 from solvers.backend import SolverConfig
 from solvers.compare import run_experiment
-from solvers.progress import progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,12 +49,3 @@ def test_progress_hears_every_case_in_order_and_the_end(tmp_path):
     assert seen[-1] == ("done", total, total)
     dones = [done for _, done, _ in seen]
     assert dones == sorted(dones) and dones[0] == 0.0
-
-
-def test_progress_bar_is_silent_off_a_terminal_and_draws_on_demand(capsys):
-    with progress_bar("solvers") as step:
-        step("case", 1.0, 2.0)
-    assert capsys.readouterr().out == ""
-    with progress_bar("solvers", show=True) as step:
-        step("case", 1.0, 2.0)
-        step("done", 2.0, 2.0)

@@ -8,7 +8,7 @@ from octopipe.cost.table import CostTable
 from octopipe.plan import Partition
 from octopipe.tune.bounds import lower_bound
 from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.listsched import StageArrays, compiled, list_schedule
+from octopipe.tune.listsched import StageArrays, c_kernel_available, list_schedule
 from .helpers import free_cluster
 
 
@@ -44,7 +44,7 @@ def test_memory_deadlock_reported():
     assert not r.complete and math.isinf(r.makespan)
 
 
-@pytest.mark.skipif(not compiled(), reason="no C compiler: only the Python engine exists")
+@pytest.mark.skipif(not c_kernel_available(), reason="no C compiler: only the Python engine exists")
 def test_c_engine_matches_python_engine():
     rng = np.random.default_rng(7)
     for _ in range(60):

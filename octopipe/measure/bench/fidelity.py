@@ -38,7 +38,7 @@ from octopipe.cost.profiled import profiled_costs
 from octopipe.cost.sources import cost_table
 from octopipe.io import write_json
 from octopipe.measure.bench.ranking import judge, spearman, spread
-from octopipe.measure.fidelity import Comparison, compare, summarise
+from octopipe.measure.fidelity import Comparison, measure_fidelity, summarise
 from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
 from octopipe.measure.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
@@ -159,7 +159,7 @@ def emulated(model_name: str, cluster_name: str, n: int, m: int, config: Runtime
     for name in EMULATED:
         table = build_schedule(name, n, m)
         plan = Plan(uniform_partition(model.n_layers, table.n_stages), table, model.name)
-        rows.append(compare(Job(plan, None, config, costs=costs, cluster=sim_cluster)))
+        rows.append(measure_fidelity(Job(plan, None, config, costs=costs, cluster=sim_cluster)))
     return _group(f"emulated: {model.name} on {cluster_name}, {n} ranks, {m} micro-batches, {config.dispatch}", rows)
 
 

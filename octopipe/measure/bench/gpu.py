@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from octopipe.config.runtime import RuntimeConfig
-from octopipe.cost.profiled import profile_model
+from octopipe.cost.profiled import time_layers
 from octopipe.io import CONF_DIR, write_json
 from octopipe.model.build import build_model
 from octopipe.plan import Plan, uniform_partition
@@ -77,7 +77,7 @@ def exactness(model_name: str, schedule: str, ranks: int, dispatch: str, backend
 
 def profile(model_name: str, micro_batch_size: int) -> dict:
     model = _preset(model_name, micro_batch_size)
-    times = profile_model(model, torch.device("cuda"), repeats=9, warmup=3)
+    times = time_layers(model, torch.device("cuda"), repeats=9, warmup=3)
     return {"model": model_name, "micro_batch_size": micro_batch_size,
             "layers": [{"index": j, "kind": model.layers[j].kind.value, **t} for j, t in enumerate(times)]}
 

@@ -1,4 +1,5 @@
-"""Shared pieces of the schedule generators: shape checks, lockstep alignment, a unit-slot list scheduler."""
+"""Shared pieces of the schedule generators: shape checks, lockstep alignment, and
+`priority_rows`, the unit-slot list scheduler that builds a table from a priority."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -87,7 +88,7 @@ def align_lockstep(rows: Sequence[Sequence[Action | None]], n_stages: int) -> li
 Pool = Hashable
 
 
-def list_schedule(devices_of: Callable[[Action], int], n_devices: int, n_stages: int,
+def priority_rows(devices_of: Callable[[Action], int], n_devices: int, n_stages: int,
                   n_microbatches: int, split: bool, priority: Callable[[Action], tuple],
                   pool_of: Callable[[Action], Pool], caps: dict[Pool, int], name: str) -> list[Row]:
     """Unit-slot list scheduling: every slot, each idle device runs its best ready action.

@@ -9,7 +9,7 @@ backward passes first and older micro-batches first.
 from __future__ import annotations
 
 from octopipe.schedule.action import B
-from octopipe.schedule.generators._common import check_shape, list_schedule, require, table
+from octopipe.schedule.generators._common import check_shape, priority_rows, require, table
 from octopipe.schedule.table import ScheduleTable
 
 
@@ -36,7 +36,7 @@ def chimera(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTab
     for d in range(p):
         caps[d, 0] = min(p - d, half)
         caps[d, 1] = min(d + 1, half)
-    rows = list_schedule(
+    rows = priority_rows(
         devices_of=device_of, n_devices=p, n_stages=p, n_microbatches=m, split=False,
         priority=lambda a: (0 if a.kind is B else 1, a.microbatch),
         pool_of=lambda a: (device_of(a), mb_replica[a.microbatch]), caps=caps, name="chimera")

@@ -8,7 +8,7 @@ activations per device (1F1B's memory of p whole-device micro-batches).
 from __future__ import annotations
 
 from octopipe.schedule.action import B
-from octopipe.schedule.generators._common import check_shape, list_schedule, require, table
+from octopipe.schedule.generators._common import check_shape, priority_rows, require, table
 from octopipe.schedule.table import ScheduleTable, v_placement
 
 
@@ -19,7 +19,7 @@ def hanayo(n_devices: int, n_microbatches: int, chunks: int = 2) -> ScheduleTabl
             f"so chunks must be even, got chunks={chunks}; use {chunks + 1}")
     p, m, v = n_devices, n_microbatches, chunks
     placement = v_placement(p, v)
-    rows = list_schedule(
+    rows = priority_rows(
         devices_of=lambda a: placement[a.stage], n_devices=p, n_stages=p * v, n_microbatches=m,
         split=False, priority=lambda a: (0 if a.kind is B else 1, a.microbatch, -a.stage),
         pool_of=lambda a: placement[a.stage], caps={d: p * v for d in range(p)}, name="hanayo")

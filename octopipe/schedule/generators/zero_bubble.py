@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from octopipe.schedule.action import F, I, W
-from octopipe.schedule.generators._common import (align_lockstep, check_shape, list_schedule,
+from octopipe.schedule.generators._common import (align_lockstep, check_shape, priority_rows,
                                                   require, table)
 from octopipe.schedule.generators.interleaved import interleaved_row
 from octopipe.schedule.table import ScheduleTable, loop_placement
@@ -34,7 +34,7 @@ def zbh2(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
     require(chunks == 1, f"zbh2 runs one stage per device (chunks=1), got chunks={chunks}; "
             "use zbh1 (ZB1P) for looped chunks or zbv for a V of two")
     p = n_devices
-    rows = list_schedule(
+    rows = priority_rows(
         devices_of=lambda a: a.stage, n_devices=p, n_stages=p, n_microbatches=n_microbatches,
         split=True, priority=lambda a: (_H2_ORDER[a.kind], a.microbatch),
         pool_of=lambda a: a.stage, caps={d: 2 * p - 1 for d in range(p)}, name="zbh2")

@@ -1,27 +1,40 @@
-"""experiment=published: the driver's pure pieces, checked against closed forms and brute force."""
+"""experiment=octopipe_authors: the driver's pure pieces, checked against closed forms and brute
+force."""
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from rich.console import Console
 
+from octopipe.config.convert import convert
+from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAuthorsExperiment
 from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.experiments import published_report as report
-from octopipe.experiments.published import (balanced_partition, baseline_plans, cases, comm_free,
-                                            device_busy_s, evaluate, lower_bound_s, node_cluster)
-from octopipe.experiments.published_results import Case, Outcome, Results, speedups
+from octopipe.io import CONF_DIR
+from octopipe.experiments import octopipe_authors_report as report
+from octopipe.experiments.octopipe_authors import (balanced_partition, baseline_plans, cases,
+                                                   comm_free, device_busy_s, evaluate_case,
+                                                   lower_bound_s, node_cluster)
+from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
 
-NODE = {"name": "n", "device": "H100", "peak_tflops": 989.4, "memory_gb": 80,
-        "memory_bandwidth_tbps": 3.35, "link": "nvlink", "link_bandwidth_gbps": 450,
-        "link_latency_us": 3}
+NODE = NodeSpec(name="n", device="H100", peak_tflops=989.4, memory_gb=80,
+                memory_bandwidth_tbps=3.35, link="nvlink", link_bandwidth_gbps=450,
+                link_latency_us=3)
+
+
+def _experiment(**over) -> OctoPipeAuthorsExperiment:
+    """The shipped preset's experiment section with `over` replaced, typed as the driver gets it."""
+    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / "octopipe_authors.yaml"))
+    return convert(OctoPipeAuthorsExperiment, {**raw["experiment"], **over}, "experiment.")
 
 
 def gpipe_like(name: str, p: int, m: int, chunks: int) -> ScheduleTable:
@@ -70,8 +83,8 @@ def test_uniform_1f1b_bubble_matches_closed_form():
     p, m = 4, 8
     cluster = comm_free(node_cluster(NODE, p))
     plans = baseline_plans(costs, p, m, 2, ("s1f1b",), table_of=gpipe_like)
-    out = evaluate(Case("u", p, m, "free"), "s1f1b", plans["s1f1b"], costs, cluster,
-                   simulate=one_f_one_b_closed_form)
+    out = evaluate_case(Case("u", p, m, "free"), "s1f1b", plans["s1f1b"], costs, cluster,
+                        simulate=one_f_one_b_closed_form)
     assert out.busy_s == pytest.approx(np.full(p, m * 2 * 3.0))
     assert out.lower_bound_s == pytest.approx(8 * 3.0 * m / p)
     assert out.bubble_ratio == pytest.approx(np.full(p, (p - 1) / (m + p - 1)))
@@ -106,11 +119,12 @@ def test_busy_time_counts_every_stage_of_a_device():
 
 
 def test_case_grid_and_bad_comm():
-    exp = {"profiles": ["a", "b", "c", "d"], "devices": [4, 8], "microbatches": [8, 16],
-           "comm": ["free", "node"]}
+    exp = _experiment(profiles=["a", "b", "c", "d"], devices=[4, 8], microbatches=[8, 16],
+                      comm=["free", "node"])
     assert len(cases(exp)) == 32
-    with pytest.raises(ConfigError, match="experiment.comm: 'slow'"):
-        cases({**exp, "comm": ["slow"]})
+    assert cases(replace(exp, comm=("free",)))[0] == Case("a", 4, 8, "free")
+    with pytest.raises(ConfigError, match="experiment.comm.*'slow'"):
+        _experiment(comm=["slow"])
 
 
 def test_clusters():
@@ -132,9 +146,11 @@ def test_speedups_and_summary():
     assert sp["speedup_vs_s1f1b"] == pytest.approx(2.0 / 1.2)
     assert sp["speedup_vs_best_baseline"] == pytest.approx(1.25)
     assert speedups(outs[:2]) == {}
-    summary = report.summarize(Results(outcomes=outs, tuner=True), {})
+    summary = report.summarize(Results(outcomes=outs, tuner=True), _experiment())
     assert summary["geomean_speedup_vs_best_baseline"]["free"] == pytest.approx(1.25)
-    summary = report.summarize(Results(outcomes=outs[:2], tuner=False, note="no tuner"), {})
+    assert "reference_case" not in summary   # the preset's reference case is not among them
+    summary = report.summarize(Results(outcomes=outs[:2], tuner=False, note="no tuner"),
+                               _experiment())
     assert summary["note"] == "no tuner"
     assert all("speedup_vs_best_baseline" not in r for r in summary["rows"])
 
@@ -143,9 +159,12 @@ def test_artifacts_are_written(tmp_path):
     c = Case("x", 2, 4, "free")
     res = Results(outcomes=[_outcome(c, "s1f1b", 2.0), _outcome(c, "zbh1", 1.5),
                             _outcome(c, "octopipe", 1.2)], tuner=True)
-    exp = {"published_reference": {"profile": "x", "devices": 2, "microbatches": 4}}
+    exp = _experiment()
+    exp = replace(exp, authors_reference=replace(exp.authors_reference, profile="x", devices=2,
+                                                 microbatches=4, octopipe_ms=1500.0))
     summary = report.summarize(res, exp)
-    report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res, exp)
+    assert summary["reference_case"]["speedup_vs_authors_octopipe"] == pytest.approx(1.25)
+    report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res)
     report.write_artifacts(tmp_path, res, exp, summary)
     for name in ("results.csv", "efficiency.png", "bubbles.png", "speedup.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
@@ -154,29 +173,29 @@ def test_artifacts_are_written(tmp_path):
     assert "| octopipe | 1200.0 | 0.833 |  | 16.7% | 17/17 | 1 |  | 1.250 |" in text
 
 
-def test_published_conventions_reproduce_the_issue_figures():
+def test_authors_conventions_reproduce_the_issue_figures():
     """With the real simulator and schedule library: S-1F1B and ZB-H land within one 0.1 ms tick
-    of the published 1337.3 and 1143.6 ms (the published makespan counts one extra tick)."""
+    of the authors' 1337.3 and 1143.6 ms (the authors' makespan counts one extra tick)."""
     pytest.importorskip("octopipe.schedule.library")
-    from octopipe.experiments.published import published_check
-    ref = {"profile": "nemotron_nano_v2_9b", "devices": 4, "microbatches": 8,
-           "lower_bound_ms": 857.2, "s1f1b_ms": 1337.3, "interleaved_ms": 1241.5,
-           "zbh_ms": 1143.6}
-    rows = {r.schedule: r for r in published_check(ref, ProfileOptions("type", 0.5, 0.1))}
+    from octopipe.experiments.octopipe_authors import authors_check
+    ref = AuthorsReference(profile="nemotron_nano_v2_9b", devices=4, microbatches=8,
+                           lower_bound_ms=857.2, s1f1b_ms=1337.3, interleaved_ms=1241.5,
+                           zbh_ms=1143.6, octopipe_ms=1058.1)
+    rows = {r.schedule: r for r in authors_check(ref, ProfileOptions("type", 0.5, 0.1))}
     assert rows["lower_bound"].ours_ms == pytest.approx(857.2, abs=1e-6)
     assert rows["s1f1b"].ours_ms == pytest.approx(1337.2, abs=1e-6)
     assert rows["zbh1"].ours_ms == pytest.approx(1143.5, abs=1e-6)
-    # Pure data dependencies make interleaved faster than the published gated order; replaying
-    # the published simulator's gate lands within one tick of its figure too.
+    # Pure data dependencies make interleaved faster than the authors' gated order; replaying
+    # the authors' simulator's gate lands within one tick of its figure too.
     assert rows["interleaved"].ours_ms < 1241.5
     assert rows["interleaved_gated"].ours_ms == pytest.approx(1241.4, abs=1e-6)
 
 
 def test_run_cases_without_tuner_on_the_real_simulator():
     pytest.importorskip("octopipe.schedule.library")
-    from octopipe.experiments.published import run_cases
-    exp = {"profiles": ["gpt_13b"], "devices": [4], "microbatches": [8], "comm": ["free", "node"],
-           "interleaved_chunks": 2, "tuner": False, "node": NODE}
+    from octopipe.experiments.octopipe_authors import run_cases
+    exp = replace(_experiment(profiles=["gpt_13b"], devices=[4], microbatches=[8],
+                              comm=["free", "node"], interleaved_chunks=2, tuner=False), node=NODE)
     res = run_cases(exp, ProfileOptions("type", 0.5, 0.1), {}, {}, 0)
     assert "experiment.tuner=false" in res.note
     by = {(o.case.comm, o.schedule): o for o in res.outcomes}
@@ -191,7 +210,7 @@ def test_run_cases_without_tuner_on_the_real_simulator():
 
 
 def test_gate_holds_a_steady_forward_until_the_next_device_ran_a_backward():
-    from octopipe.experiments.published_gate import gated_makespan
+    from octopipe.experiments.octopipe_authors_gate import gated_makespan
     table = ScheduleTable.from_strings([["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"],
                                         ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]], [0, 1], 3)
     # F = 1, B = 2 per stage. Without the gate device 0 runs F2 at t=6 and the run ends at 12;

@@ -1,7 +1,9 @@
-"""`experiment=published`: the named baselines and the OctoPipe plan on the published profiles.
+"""`experiment=octopipe_authors`: the named baselines and the OctoPipe plan on the OctoPipe
+authors' per-layer profiles, against the figures of the authors' tool (PipelineSimulator, their
+graph-based simulator and bubble-aware tuner; reference/published-systems.md §1).
 
 For every profile preset (per-layer times measured by the OctoPipe authors), pipeline size,
-micro-batch count and communication setting (free, as the published tool assumes, or a real
+micro-batch count and communication setting (free, as the authors' tool assumes, or a real
 node's links), this driver builds the baselines, simulates them with `octopipe.sim`, and asks
 the tuner for a plan through `run_octopipe_tuner`:
 
@@ -16,20 +18,20 @@ Figures per row: makespan, per-device bubble ratio (idle share of the makespan; 
 device's compute from the cost table), efficiency against the lower bound (total work over the
 devices: no bubble, no exposed transfer), tuner seconds, and speedups of the OctoPipe plan.
 
-A separate check re-runs the published tool's own baseline conventions on the case the issue
+A separate check re-runs the authors' tool's own baseline conventions on the case the issue
 quotes (Nemotron-Nano-v2-9B, 4 devices, 8 micro-batches, communication free) and compares
-with its figures: see `published_check`.
+with its figures: see `authors_check`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.config.cost import FileCost
+from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAuthorsExperiment
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, describe, label_parts,
@@ -37,9 +39,9 @@ from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, descri
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.experiments import published_report as report
-from octopipe.experiments.published_gate import gated_makespan
-from octopipe.experiments.published_results import Case, CheckRow, Outcome, Results
+from octopipe.experiments import octopipe_authors_report as report
+from octopipe.experiments.octopipe_authors_gate import gated_makespan
+from octopipe.experiments.octopipe_authors_results import Case, CheckRow, Outcome, Results
 from octopipe.model.shard import SPLIT_DIM
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
@@ -54,7 +56,6 @@ from octopipe.tune.candidate import Problem
 from octopipe.tune.split import row_splitter
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
-COMMS = ("free", "node")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,17 +88,16 @@ def device_busy_s(costs: CostTable, plan: Plan, cluster: Cluster, n_microbatches
     return st.per_device((st.f + st.i + st.w) * n_microbatches, n)
 
 
-def node_cluster(node: Mapping[str, Any], n_devices: int) -> Cluster:
+def node_cluster(node: NodeSpec, n_devices: int) -> Cluster:
     """`n_devices` GPUs of one node joined by the configured link (bandwidth per direction)."""
-    kind = DeviceKind(str(node["device"]), float(node["peak_tflops"]) * 1e12,
-                      float(node["memory_gb"]) * 1e9, float(node["memory_bandwidth_tbps"]) * 1e12)
-    link = Link(str(node["link"]), float(node["link_bandwidth_gbps"]) * 1e9,
-                float(node["link_latency_us"]) * 1e-6)
-    return Cluster(str(node["name"]), (kind,), (0,) * n_devices, (0,) * n_devices, link, link)
+    kind = DeviceKind(node.device, float(node.peak_tflops) * 1e12, float(node.memory_gb) * 1e9,
+                      float(node.memory_bandwidth_tbps) * 1e12)
+    link = Link(node.link, float(node.link_bandwidth_gbps) * 1e9, float(node.link_latency_us) * 1e-6)
+    return Cluster(node.name, (kind,), (0,) * n_devices, (0,) * n_devices, link, link)
 
 
 def comm_free(cluster: Cluster) -> Cluster:
-    """The same devices with transfers that take no time (the published tool's assumption)."""
+    """The same devices with transfers that take no time (the authors' tool's assumption)."""
     free = Link("free", math.inf, 0.0)
     return Cluster(f"{cluster.name}-comm-free", cluster.kinds, cluster.device_kind, cluster.node,
                    free, free)
@@ -192,9 +192,10 @@ def baseline_plans(costs: CostTable, n_devices: int, n_microbatches: int, chunks
     return plans
 
 
-def evaluate(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
-             simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
-             tuner_s: float | None = None, device_bound: float | None = None) -> Outcome:
+def evaluate_case(case: Case, name: str, plan: Plan, costs: CostTable, cluster: Cluster,
+                  simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+                  tuner_s: float | None = None, device_bound: float | None = None) -> Outcome:
+    """One schedule's outcome on a case: its simulated makespan, busy time and bounds."""
     m = case.microbatches
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
@@ -209,30 +210,28 @@ def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float:
                         time_limit_s=2.0)
 
 
-def cases(exp: Mapping[str, Any]) -> list[Case]:
-    comms = list(exp["comm"])
-    bad = [c for c in comms if c not in COMMS]
-    if bad:
-        raise ConfigError(f"experiment.comm: {bad[0]!r} is not a setting; valid: {', '.join(COMMS)}")
-    return [Case(str(pr), int(p), int(m), str(c)) for pr in exp["profiles"] for p in exp["devices"]
-            for m in exp["microbatches"] for c in comms]
+def cases(exp: OctoPipeAuthorsExperiment) -> list[Case]:
+    """Every profile x devices x micro-batches x comm setting of the experiment (the schema
+    has checked each comm setting)."""
+    return [Case(pr, p, m, c) for pr in exp.profiles for p in exp.devices
+            for m in exp.microbatches for c in exp.comm]
 
 
 # ---------------------------------------------------------------------------------------------
-# The published tool's own baseline conventions
+# The authors' tool's own baseline conventions
 
 
-def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
-                    simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
-                    table_of: Callable[..., ScheduleTable] = schedule_table) -> list[CheckRow]:
-    """Re-run the published tool's baselines on the case the issue quotes.
+def authors_check(ref: AuthorsReference, cost_opts: ProfileOptions,
+                  simulate: Callable[[Plan, CostTable, Cluster], float] = simulate_makespan_s,
+                  table_of: Callable[..., ScheduleTable] = schedule_table) -> list[CheckRow]:
+    """Re-run the authors' tool's baselines on the case the issue quotes.
 
     Its conventions (PipelineSimulator, `_init_placement_and_partition`): uniform stages
     (`layers / (devices · chunks)` each); interleaved with `chunks = layers // devices`, i.e. one
     layer per virtual stage; ZB-H halves B before rounding each half to its 0.1 ms tick.
     """
-    prof = load_preset(str(ref["profile"]))
-    p, m = int(ref["devices"]), int(ref["microbatches"])
+    prof = load_preset(ref.profile)
+    p, m = ref.devices, ref.microbatches
     cluster = comm_free(node_cluster(_CHECK_NODE, p))
     kinds = tuple(k.name for k in cluster.kinds)
     costs = profile_cost_table(prof, cost_opts, kinds)
@@ -240,88 +239,90 @@ def published_check(ref: Mapping[str, Any], cost_opts: ProfileOptions,
         prof, ProfileOptions(cost_opts.averaging, cost_opts.split, cost_opts.tick_ms, True), kinds)
     n = costs.n_layers
     v = n // p
-    rows = [CheckRow("lower_bound", lower_bound_s(costs, p, m) * 1e3, float(ref["lower_bound_ms"]),
+    rows = [CheckRow("lower_bound", lower_bound_s(costs, p, m) * 1e3, float(ref.lower_bound_ms),
                      "total F + B over the devices, times rounded up to the tick")]
     s1 = Plan(uniform_partition(n, p), table_of("1f1b", p, m, 1))
-    rows.append(CheckRow("s1f1b", simulate(s1, costs, cluster) * 1e3, float(ref["s1f1b_ms"]),
-                         f"{n // p} layers per stage (the published makespan counts one more "
+    rows.append(CheckRow("s1f1b", simulate(s1, costs, cluster) * 1e3, float(ref.s1f1b_ms),
+                         f"{n // p} layers per stage (the authors' makespan counts one more "
                          "tick)"))
     il = Plan(uniform_partition(n, p * v), table_of("interleaved", p, m, v))
     rows.append(CheckRow("interleaved", simulate(il, costs, cluster) * 1e3,
-                         float(ref["interleaved_ms"]),
+                         float(ref.interleaved_ms),
                          f"chunks = {v}, one layer per virtual stage; data dependencies only (the "
-                         "published simulator also holds a steady-state F until the next device "
+                         "authors' simulator also holds a steady-state F until the next device "
                          "has finished more B and its last op was a B)"))
     sc = StageCosts.bind(costs, il.partition, il.placement, [0] * p)
     rows.append(CheckRow("interleaved_gated",
                          gated_makespan(il.table, sc.f, sc.b, v) * 1e3,
-                         float(ref["interleaved_ms"]),
-                         "the same table replayed with the published simulator's gate "
-                         "(octopipe.experiments.published_gate)"))
+                         float(ref.interleaved_ms),
+                         "the same table replayed with the authors' simulator's gate "
+                         "(octopipe.experiments.octopipe_authors_gate)"))
     zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
-    rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref["zbh_ms"]),
+    rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref.zbh_ms),
                          "uniform stages, I and W each rounded up to the tick (one tick short, as "
                          "s1f1b)"))
     return rows
 
 
-_CHECK_NODE = {"name": "check", "device": "H800", "peak_tflops": 989, "memory_gb": 80,
-               "memory_bandwidth_tbps": 3.35, "link": "free", "link_bandwidth_gbps": 1,
-               "link_latency_us": 0}
+_CHECK_NODE = NodeSpec(name="check", device="H800", peak_tflops=989, memory_gb=80,
+                       memory_bandwidth_tbps=3.35, link="free", link_bandwidth_gbps=1,
+                       link_latency_us=0)
 
 
 # ---------------------------------------------------------------------------------------------
 # The mode-level driver
 
 
-def run_cases(exp: Mapping[str, Any], cost_opts: ProfileOptions, tuner_cfg: TunerConfig,
+def run_cases(exp: OctoPipeAuthorsExperiment, cost_opts: ProfileOptions, tuner_cfg: TunerConfig,
               solver_cfg: SolverConfig, seed: int,
               progress: Callable[[str], None] = lambda s: None) -> Results:
-    res = Results(tuner=bool(exp.get("tuner", True)))
+    """Every case: the baselines, and the tuner's plan unless `exp.tuner` is off."""
+    res = Results(tuner=exp.tuner)
     if not res.tuner:
         res.note = "experiment.tuner=false: baselines only, no OctoPipe plan and no speedups."
-    chunks = int(exp["interleaved_chunks"])
-    names = tuple(exp.get("baselines") or BASELINES)
+    chunks = exp.interleaved_chunks
+    names = exp.baselines or BASELINES
     bounds: dict[tuple[str, int, int], float] = {}
     for case in cases(exp):
         progress(case.label)
-        node = node_cluster(exp["node"], case.devices)
+        node = node_cluster(exp.node, case.devices)
         cluster = node if case.comm == "node" else comm_free(node)
         costs = profile_cost_table(load_preset(case.profile), cost_opts,
                                    tuple(k.name for k in cluster.kinds))
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
-            res.outcomes.append(evaluate(case, name, plan, costs, cluster))
+            res.outcomes.append(evaluate_case(case, name, plan, costs, cluster))
         if res.tuner:
             splittable, fixed = (split_shares(load_preset(case.profile), costs)
-                                 if exp.get("split_layers", True) else ([], None))
+                                 if exp.split_layers else ([], None))
             plan, seconds, plan_costs = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg,
                                                            seed, splittable, fixed)
             key = (case.profile, case.devices, case.microbatches)
             if key not in bounds:
                 bounds[key] = device_bound_s(costs, cluster, case)
-            res.outcomes.append(evaluate(case, "octopipe", plan, plan_costs, cluster,
-                                         tuner_s=seconds, device_bound=bounds[key]))
+            res.outcomes.append(evaluate_case(case, "octopipe", plan, plan_costs, cluster,
+                                              tuner_s=seconds, device_bound=bounds[key]))
     return res
 
 
 def run(inputs: Inputs) -> Result:
-    """Run every case; the tables, plots, report.md and the summary as a Result.
-
-    The pure pieces above take the experiment as plain data (`exp`, the typed section's dict)."""
+    """Run every case; the tables, plots, report.md and the summary as a Result."""
     cfg = inputs.config
     if not isinstance(cfg.cost, FileCost):
-        raise ConfigError(f"experiment=published runs on profiles: cost={cfg.cost.source} given, "
-                          f"cost=file expected")
-    exp = asdict(cfg.experiment)
+        raise ConfigError(f"experiment=octopipe_authors runs on profiles: cost={cfg.cost.source} "
+                          f"given, cost=file expected")
+    exp = cfg.experiment
+    if not isinstance(exp, OctoPipeAuthorsExperiment):
+        raise ConfigError(f"the octopipe_authors driver runs experiment=octopipe_authors, not "
+                          f"experiment={getattr(exp, 'name', None)}")
     cost_opts = ProfileOptions.of(cfg.cost)
-    with case_progress(len(cases(exp)), "published", on_case=None if inputs.interactive else
+    with case_progress(len(cases(exp)), "octopipe_authors", on_case=None if inputs.interactive else
                        (lambda done, total, label: inputs.progress(f"case {label}"))) as step:
         res = run_cases(exp, cost_opts, cfg.tuner, cfg.solver, cfg.seed, progress=step)
-    res.check = published_check(exp["published_reference"], cost_opts)
+    res.check = authors_check(exp.authors_reference, cost_opts)
     summary = report.summarize(res, exp)
     summary["cost"] = {"averaging": cost_opts.averaging, "split": cost_opts.split,
                        "tick_ms": cost_opts.tick_ms,
-                       "profiles": [describe(load_preset(p), cost_opts) for p in exp["profiles"]]}
+                       "profiles": [describe(load_preset(p), cost_opts) for p in exp.profiles]}
     items = (*(f"[dim]{line}[/dim]" for line in summary["cost"]["profiles"]),
-             *report.report_items(res, exp))
+             *report.report_items(res))
     return Result(summary, items, report.artifacts(res, exp, summary))

@@ -1,6 +1,6 @@
-"""The published simulator's interleaved-1F1B gate, replayed to explain its baseline figure.
+"""The OctoPipe authors' simulator's interleaved-1F1B gate, replayed to explain its baseline figure.
 
-The published tool (PipelineSimulator, `Device.execute_workload` for STANDARD_INTERLEAVED)
+The authors' tool (PipelineSimulator, `Device.execute_workload` for STANDARD_INTERLEAVED)
 runs each device's static interleaved order with one extra rule: on every device but the last,
 once the warm-up forwards are done and forwards remain, the next forward may start only when
 the next device has completed more backward passes than this one and the next device's latest
@@ -8,8 +8,8 @@ completed operation is a backward. It stands in for Megatron's paired `send_forw
 calls, which tie a device's steady-state forward to its successor's backward.
 
 `gated_makespan` replays a compute-only table (F and full B, free communication) under that rule,
-event by event. It exists for the `experiment=published` check only; OctoPipe's own simulator
-(`octopipe.sim`) models communication semantics explicitly instead.
+event by event. It exists for the `experiment=octopipe_authors` check only; OctoPipe's own
+simulator (`octopipe.sim`) models communication semantics explicitly instead.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from octopipe.schedule.table import ScheduleTable
 
 def gated_makespan(table: ScheduleTable, stage_f: Sequence[float], stage_b: Sequence[float],
                    chunks: int) -> float:
-    """Makespan of `table` (F/B actions, stage s on device s mod p) under the published gate."""
+    """Makespan of `table` (F/B actions, stage s on device s mod p) under the authors' gate."""
     p, m = table.n_devices, table.n_microbatches
     n_s = table.n_stages
     rows = [[a for a in r if a is not None] for r in table.rows]

@@ -1,4 +1,5 @@
-"""Tables, plots, report.md and summary.json of `experiment=published` (the side-effect edge)."""
+"""Tables, plots, report.md and summary.json of `experiment=octopipe_authors` (the side-effect
+edge)."""
 from __future__ import annotations
 
 import csv
@@ -9,7 +10,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from rich.table import Table
 
-from octopipe.experiments.published_results import Case, Outcome, Results, speedups
+from octopipe.config.experiment import OctoPipeAuthorsExperiment
+from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.modes.result import Artifact
 
 
@@ -25,8 +27,9 @@ def _geomean(xs: Sequence[float]) -> float | None:
     return float(math.exp(np.mean(np.log(xs)))) if xs else None
 
 
-def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary.json document: every row, the published check, and the aggregates."""
+def summarize(res: Results, exp: OctoPipeAuthorsExperiment) -> dict[str, Any]:
+    """The summary.json document: every row, the check against the authors' figures, and the
+    aggregates."""
     rows = []
     per_case = _by_case(res.outcomes)
     for case, outs in per_case.items():
@@ -44,14 +47,14 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
             if xs:
                 eff[f"{s}_{comm}"] = float(np.mean(xs))
     summary: dict[str, Any] = {
-        "experiment": "published",
+        "experiment": "octopipe_authors",
         "n_cases": len(per_case),
         "tuner_used": res.tuner,
         "rows": rows,
         "mean_efficiency_vs_lower_bound": eff,
-        "published_check": [{"schedule": c.schedule, "ours_ms": c.ours_ms,
-                             "published_ms": c.published_ms, "difference_ms": c.difference_ms,
-                             "convention": c.convention} for c in res.check],
+        "authors_check": [{"schedule": c.schedule, "ours_ms": c.ours_ms,
+                           "authors_ms": c.authors_ms, "difference_ms": c.difference_ms,
+                           "convention": c.convention} for c in res.check],
     }
     ours = [o for o in res.outcomes if o.schedule == "octopipe"]
     if not ours:
@@ -70,15 +73,13 @@ def summarize(res: Results, exp: Mapping[str, Any]) -> dict[str, Any]:
                              and o.case.comm == comm and o.device_bound_s), default=None)
         for p in sorted({o.case.devices for o in ours}) for comm in ("free", "node")}
     summary["tuner_s_max"] = max(o.tuner_s or 0.0 for o in ours)
-    ref = exp.get("published_reference", {})
+    ref = exp.authors_reference
     for o in ours:
-        if (o.case.profile, o.case.devices, o.case.microbatches, o.case.comm) == (
-                ref.get("profile"), ref.get("devices"), ref.get("microbatches"), "free"):
-            summary["reference_case"] = {"makespan_ms": o.makespan_s * 1e3, "tuner_s": o.tuner_s}
-            if ref.get("octopipe_ms"):
-                summary["reference_case"].update({
-                    "published_octopipe_ms": float(ref["octopipe_ms"]),
-                    "speedup_vs_published_octopipe": float(ref["octopipe_ms"]) / (o.makespan_s * 1e3)})
+        if o.case == Case(ref.profile, ref.devices, ref.microbatches, "free"):
+            summary["reference_case"] = {
+                "makespan_ms": o.makespan_s * 1e3, "tuner_s": o.tuner_s,
+                "authors_octopipe_ms": float(ref.octopipe_ms),
+                "speedup_vs_authors_octopipe": float(ref.octopipe_ms) / (o.makespan_s * 1e3)}
     # How much of each plan's advantage survives real transfers: speedup with comm / without.
     survive = {}
     for c, v in sp.items():
@@ -96,14 +97,14 @@ def _short(name: str) -> str:
             "deepseek_16b": "deepseek-16b", "gpt_13b": "gpt-13b"}.get(name, name)
 
 
-def print_tables(console: Any, res: Results, exp: Mapping[str, Any]) -> None:
-    for item in report_items(res, exp):
+def print_tables(console: Any, res: Results) -> None:
+    for item in report_items(res):
         console.print(item)
 
 
-def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
+def report_items(res: Results) -> tuple[Any, ...]:
     """The terminal report: the results table, the conventions check and the note."""
-    t = Table(title="experiment=published: makespan, efficiency vs lower bound, bubbles")
+    t = Table(title="experiment=octopipe_authors: makespan, efficiency vs lower bound, bubbles")
     for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
                 "per device %", "split", "tuner s"):
         t.add_column(col, justify="left" if col in ("model", "comm", "schedule") else "right")
@@ -117,16 +118,16 @@ def report_items(res: Results, exp: Mapping[str, Any]) -> tuple[Any, ...]:
                       _split_text(o.shards),
                       "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
         t.add_section()
-    c = Table(title="the published tool's baseline conventions on its quoted case (comm free)")
-    for col in ("schedule", "ours ms", "published ms", "diff ms", "convention"):
+    c = Table(title="the authors' tool's baseline conventions on its quoted case (comm free)")
+    for col in ("schedule", "ours ms", "authors ms", "diff ms", "convention"):
         c.add_column(col)
     for r in res.check:
-        c.add_row(r.schedule, f"{r.ours_ms:.1f}", f"{r.published_ms:.1f}",
+        c.add_row(r.schedule, f"{r.ours_ms:.1f}", f"{r.authors_ms:.1f}",
                   f"{r.difference_ms:+.1f}", r.convention)
     return (t, c, f"[yellow]{res.note}[/yellow]") if res.note else (t, c)
 
 
-def artifacts(res: Results, exp: Mapping[str, Any], summary: dict) -> tuple[Artifact, ...]:
+def artifacts(res: Results, exp: OctoPipeAuthorsExperiment, summary: dict) -> tuple[Artifact, ...]:
     """results.csv, the three plots and report.md."""
     text = _report_md(res, summary)
     return (Artifact("results.csv", lambda path: _write_csv(path, summary["rows"])),
@@ -136,7 +137,8 @@ def artifacts(res: Results, exp: Mapping[str, Any], summary: dict) -> tuple[Arti
             Artifact("report.md", lambda path: Path(path).write_text(text)))
 
 
-def write_artifacts(out_dir: Path, res: Results, exp: Mapping[str, Any], summary: dict) -> None:
+def write_artifacts(out_dir: Path, res: Results, exp: OctoPipeAuthorsExperiment,
+                    summary: dict) -> None:
     """Write `artifacts` into `out_dir` (the CLI's reporter does this atomically)."""
     for a in artifacts(res, exp, summary):
         a.write(Path(out_dir) / a.name)
@@ -181,12 +183,12 @@ def _plot_efficiency(path: Path, res: Results) -> None:
     plt.close(fig)
 
 
-def _plot_bubbles(path: Path, res: Results, exp: Mapping[str, Any]) -> None:
+def _plot_bubbles(path: Path, res: Results, exp: OctoPipeAuthorsExperiment) -> None:
     import matplotlib  # heavy: only for the figures
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy: only for the figures
-    ref = exp.get("published_reference", {})
-    target = Case(str(ref.get("profile")), int(ref.get("devices", 0)), int(ref.get("microbatches", 0)), "free")
+    ref = exp.authors_reference
+    target = Case(ref.profile, ref.devices, ref.microbatches, "free")
     outs = [o for o in res.outcomes if o.case == target]
     if not outs:
         return
@@ -229,13 +231,14 @@ def _plot_speedup(path: Path, res: Results) -> None:
 
 
 def _report_md(res: Results, summary: dict) -> str:
-    lines = ["# experiment=published", "",
-             "Makespan per schedule on the published OctoPipe profiles; efficiency = lower bound "
+    lines = ["# experiment=octopipe_authors", "",
+             "Makespan per schedule on the OctoPipe authors' per-layer profiles; efficiency = lower "
+             "bound "
              "(total work / devices) / makespan; eff dev = the device bound (whole layers per device, "
              "each device's unavoidable fill and drain; octopipe.tune.bounds) / makespan, which a "
              "plan that splits rows into pieces may pass (above 1); split = rows split and their "
              "pieces (each piece an even share of its measured row); bubble = idle share of the makespan per device. "
-             "`comm=free` charges nothing for transfers (the published tool's assumption), "
+             "`comm=free` charges nothing for transfers (the authors' tool's assumption), "
              "`comm=node` charges latency + bytes / bandwidth on the node's links.", ""]
     for line in summary.get("cost", {}).get("profiles", []):
         lines.append(f"- {line}")
@@ -261,10 +264,10 @@ def _report_md(res: Results, summary: dict) -> str:
                 "reference_case", "speedup_retained_with_comm"):
         if key in summary:
             lines += ["", f"**{key}**: `{summary[key]}`"]
-    lines += ["", "## The published tool's conventions on its quoted case", "",
-              "| schedule | ours ms | published ms | diff ms | convention |", "|---|---|---|---|---|"]
-    for c in summary["published_check"]:
-        lines.append(f"| {c['schedule']} | {c['ours_ms']:.1f} | {c['published_ms']:.1f} | "
+    lines += ["", "## The authors' tool's conventions on its quoted case", "",
+              "| schedule | ours ms | authors ms | diff ms | convention |", "|---|---|---|---|---|"]
+    for c in summary["authors_check"]:
+        lines.append(f"| {c['schedule']} | {c['ours_ms']:.1f} | {c['authors_ms']:.1f} | "
                      f"{c['difference_ms']:+.1f} | {c['convention']} |")
     return "\n".join(lines) + "\n"
 

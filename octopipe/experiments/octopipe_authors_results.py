@@ -1,6 +1,6 @@
-"""The values of `experiment=published`: its cases, each schedule's outcome on a case, the check
-against the published figures, and the speedups of the OctoPipe plan; the driver
-(`published`) computes them, the report (`published_report`) renders them."""
+"""The values of `experiment=octopipe_authors`: its cases, each schedule's outcome on a case, the
+check against the authors' figures, and the speedups of the OctoPipe plan; the driver
+(`octopipe_authors`) computes them, the report (`octopipe_authors_report`) renders them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -73,12 +73,12 @@ class Outcome:
 class CheckRow:
     schedule: str
     ours_ms: float
-    published_ms: float
+    authors_ms: float
     convention: str
 
     @property
     def difference_ms(self) -> float:
-        return self.ours_ms - self.published_ms
+        return self.ours_ms - self.authors_ms
 
 
 @dataclass
