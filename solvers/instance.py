@@ -29,12 +29,12 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
+from octopipe.schedule import library as formulas
 
 
 def inflight_counts(schedule_name: str, n_devices: int, n_microbatches: int,
                     chunks: int | None = None) -> tuple[float, ...]:
     """Activation copies the named schedule keeps alive at its peak, per device (schedule library)."""
-    from octopipe.schedule import library as formulas
     return tuple(float(formulas.inflight_microbatches(schedule_name, n_devices, d, n_microbatches,
                                                       chunks))
                  for d in range(n_devices))

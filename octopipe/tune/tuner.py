@@ -39,6 +39,8 @@ from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.result import TuneResult
 from octopipe.tune.search import SearchConfig, SearchOutcome, search
 from octopipe.tune.split import LayerSplitter, map_sizes, packed_max
+from solvers.partition_ilp import solve_partition
+from solvers.placement_ilp import solve_partition_placement
 
 
 JOINT_ILP_MAX_CELLS = 1024
@@ -247,9 +249,6 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
     """ILP partitions (solvers) as starting candidates: the joint partition + placement ILP with
     one stage per device (the partition ILP on the loop placement for large instances), and the
     partition ILP on the V placement with two stages per device."""
-    # solvers/ loads PuLP and z3 on import: only a tuner run with the ILP start needs them
-    from solvers.partition_ilp import solve_partition
-    from solvers.placement_ilp import solve_partition_placement
     scfg = replace(solver_cfg, time_limit_s=max(1.0, min(solver_cfg.time_limit_s, time_limit)))
     D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
     # the joint ILP with several stages per device takes tens of seconds on this class of
@@ -327,8 +326,7 @@ def _progress(show: bool, budget: float):
     """A context giving the search's progress callback: a rich bar when `show`, else None."""
     if not show:
         return nullcontext(None)
-    # rich.progress only where a terminal shows the bar
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # only for a terminal bar
 
     @contextmanager
     def bar() -> Iterator[Callable[[float, float, int], None]]:
