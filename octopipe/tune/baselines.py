@@ -18,7 +18,7 @@ from octopipe.schedule.library import build_schedule
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate
 from solvers.dp import dp_partition
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def dp_balanced(problem: Problem, schedule: str, placement: tuple[int, ...]) -> 
     if len(placement) == D and tuple(placement) == tuple(range(D)):
         try:
             inst = PartitionInstance.build(problem.costs, problem.cluster, D, placement,
-                                           schedule_name=schedule, n_microbatches=problem.n_microbatches)
+                                           Inflight(schedule, problem.n_microbatches))
             res = dp_partition(inst)
             if res.fits_memory and res.partition:
                 return res.partition
