@@ -126,7 +126,7 @@ def run(inputs: Inputs) -> Result:
     artifacts: list[Artifact] = [compact_json_artifact("trace.json", chrome_trace(res)),
                                  Artifact("timeline.png", lambda path: timeline_png(res, path)),
                                  *plan_artifacts(plan)]
-    if opts["policy"] == "ready_first":
+    if cfg.sim.policy == "ready_first":
         artifacts.append(table_artifact("executed_schedule.csv", res.executed_table()))
         summary["executed_schedule"] = "executed_schedule.csv"
     return Result(summary, tuple(report), tuple(artifacts))
