@@ -29,7 +29,7 @@ from octopipe.schedule.lower import lower
 from solvers.backend import SolverConfig
 from solvers.compare import preset_costs
 from solvers.dp import dp_partition
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
 from solvers.smt.deadlock import check_deadlock_free
@@ -64,7 +64,8 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
 
 def preset_instance(model: str, cluster: str, n_layers: int, pp: int) -> PartitionInstance:
     cl, costs = preset_costs(model, cluster, pp)
-    return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)), "1f1b", 32)
+    return PartitionInstance.build(first_layers(costs, n_layers), cl, pp, tuple(range(pp)),
+                                   Inflight("1f1b", 32))
 
 
 def bench_partition(cfg: SolverConfig, quick: bool) -> list[dict]:

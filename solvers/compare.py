@@ -46,7 +46,7 @@ from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
 from solvers.dp import dp_partition
 from solvers.greedy import greedy_partition, improve_by_shifts
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_ilp import solve_placement_instance
 from solvers.result import PartitionResult
@@ -128,8 +128,8 @@ def build_instances(instances: InstanceSet) -> list[Instance]:
                 if S > costs.n_layers:
                     continue
                 schedule = "1f1b" if chunks == 1 else "interleaved"
-                inst = PartitionInstance.build(costs, cl, S, loop_placement(pp, chunks), schedule,
-                                               microbatches, chunks)
+                inst = PartitionInstance.build(costs, cl, S, loop_placement(pp, chunks),
+                                               Inflight(schedule, microbatches, chunks))
                 out.append(Instance(model, cluster, S, pp, inst))
     return out
 

@@ -29,15 +29,28 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
+from octopipe.schedule import library as formulas
 
 
 def inflight_counts(schedule_name: str, n_devices: int, n_microbatches: int,
                     chunks: int | None = None) -> tuple[float, ...]:
     """Activation copies the named schedule keeps alive at its peak, per device (schedule library)."""
-    from octopipe.schedule import library as formulas
     return tuple(float(formulas.inflight_microbatches(schedule_name, n_devices, d, n_microbatches,
                                                       chunks))
                  for d in range(n_devices))
+
+
+@dataclass(frozen=True)
+class Inflight:
+    """Where each device's activation copies at the peak come from: the schedule library's
+    formula for `schedule` at `n_microbatches` (and `chunks` stages per device)."""
+
+    schedule: str = "1f1b"
+    n_microbatches: int = 8
+    chunks: int | None = None
+
+    def counts(self, n_devices: int) -> tuple[float, ...]:
+        return inflight_counts(self.schedule, n_devices, self.n_microbatches, self.chunks)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,11 +67,11 @@ class PartitionInstance:
 
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_stages: int,
-              placement: Sequence[int] | None = None, schedule_name: str = "1f1b",
-              n_microbatches: int = 8, chunks: int | None = None,
-              inflight: Sequence[float] | None = None,
+              placement: Sequence[int] | None = None, inflight: Inflight | Sequence[float] = Inflight(),
               memory_bytes: Sequence[float] | None = None) -> "PartitionInstance":
-        """Check the inputs and precompute; `inflight`/`memory_bytes` override the defaults."""
+        """Check the inputs and precompute. `inflight`: the schedule whose formula gives each
+        device's in-flight count, or the counts themselves (one per device); `memory_bytes`
+        overrides the devices' capacities."""
         n_dev = cluster.n_devices
         if n_stages < 1:
             raise ConfigError(f"n_stages={n_stages} must be at least 1")
@@ -71,8 +84,8 @@ class PartitionInstance:
                 raise ConfigError(f"placement has {len(placement)} entries for {n_stages} stages")
             if any(not 0 <= d < n_dev for d in placement):
                 raise ConfigError(f"placement {placement} names a device outside 0..{n_dev - 1}")
-        if inflight is None:
-            inflight = inflight_counts(schedule_name, n_dev, n_microbatches, chunks)
+        if isinstance(inflight, Inflight):
+            inflight = inflight.counts(n_dev)
         inflight = tuple(float(x) for x in inflight)
         if len(inflight) != n_dev:
             raise ConfigError(f"inflight has {len(inflight)} entries for {n_dev} devices")

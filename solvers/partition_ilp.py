@@ -20,7 +20,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
 from solvers.backend import SolverConfig, run_model
 from solvers.greedy import greedy_partition, improve_by_shifts
-from solvers.instance import PartitionInstance, partition_from_bounds
+from solvers.instance import Inflight, PartitionInstance, partition_from_bounds
 from solvers.partition_model import add_device_terms
 from solvers.result import PartitionResult, make_result
 from solvers.shortfall import explain_shortfall
@@ -88,17 +88,14 @@ def solve_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
                        status="optimal" if out.proven_optimal else "feasible", bound=bound, **size)
 
 
-def solve_partition(costs: CostTable, cluster: Cluster, n_stages: int,
-                    placement: Sequence[int], schedule_name: str = "1f1b",
-                    n_microbatches: int = 8, chunks: int | None = None,
-                    solver_cfg: SolverConfig | None = None,
-                    inflight: Sequence[float] | None = None) -> PartitionResult:
+def solve_partition(costs: CostTable, cluster: Cluster, n_stages: int, placement: Sequence[int],
+                    inflight: Inflight | Sequence[float] = Inflight(),
+                    solver_cfg: SolverConfig | None = None) -> PartitionResult:
     """Optimal consecutive partition of `costs`' layers into `n_stages` for a fixed placement.
 
-    Activations in flight per device come from the schedule library's formulas for
-    `schedule_name` (override with `inflight`, one count per device). Raises InfeasibleError
-    naming the device and bytes short when no partition fits memory.
+    Activations in flight per device come from the schedule library's formulas for the schedule
+    `inflight` names (or are `inflight`, one count per device). Raises InfeasibleError naming
+    the device and bytes short when no partition fits memory.
     """
-    inst = PartitionInstance.build(costs, cluster, n_stages, placement, schedule_name,
-                                   n_microbatches, chunks, inflight)
+    inst = PartitionInstance.build(costs, cluster, n_stages, placement, inflight)
     return solve_instance(inst, solver_cfg)

@@ -25,7 +25,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.schedule.table import loop_placement, v_placement
 from solvers.backend import SolverConfig, run_model
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.placement_model import build_placement_model, stages_per_device
 from solvers.result import PartitionResult, make_result
@@ -98,15 +98,13 @@ def _from_incumbent(inc: PartitionResult, inst: PartitionInstance, name: str, dt
 
 
 def solve_partition_placement(costs: CostTable, cluster: Cluster, n_stages: int,
-                              schedule_name: str = "1f1b", n_microbatches: int = 8,
-                              chunks: int | None = None, solver_cfg: SolverConfig | None = None,
-                              inflight: Sequence[float] | None = None) -> PartitionResult:
+                              inflight: Inflight | Sequence[float] = Inflight(),
+                              solver_cfg: SolverConfig | None = None) -> PartitionResult:
     """Jointly optimal partition and placement (each device holds n_stages / devices stages).
 
     Same objective and memory model as `solve_partition`; boundaries that cross devices pay the
     intra-node link, those that cross nodes the inter-node link. Raises InfeasibleError when no
     plan fits memory.
     """
-    inst = PartitionInstance.build(costs, cluster, n_stages, None, schedule_name, n_microbatches,
-                                   chunks, inflight)
+    inst = PartitionInstance.build(costs, cluster, n_stages, None, inflight)
     return solve_placement_instance(inst, solver_cfg)

@@ -5,14 +5,12 @@ Prefix sums make any stage's total an O(1) lookup, which the ILP, simulator and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from octopipe.cluster import Cluster
 from octopipe.errors import ConfigError
-
-if TYPE_CHECKING:
-    from octopipe.cluster import Cluster
 
 
 def _prefix(a: np.ndarray) -> np.ndarray:
@@ -82,7 +80,7 @@ class CostTable:
     def kind_index(self, kind_name: str) -> int:
         return self.kinds.index(kind_name)
 
-    def columns_for(self, cluster: "Cluster", n_devices: int | None = None) -> tuple[int, ...]:
+    def columns_for(self, cluster: Cluster, n_devices: int | None = None) -> tuple[int, ...]:
         """The column of each pipeline rank's device kind (matched by name; one column serves all)."""
         cols = []
         for d in range(cluster.n_devices if n_devices is None else n_devices):

@@ -50,7 +50,7 @@ from octopipe.progress import case_progress
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
-from octopipe.tune import tune
+from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, lower_bound
 from octopipe.tune.candidate import Problem
 from octopipe.tune.split import row_splitter
@@ -153,9 +153,9 @@ def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg
     evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
     """
     splittable = list(splittable) or [False] * costs.n_layers
-    result = tune(costs, cluster, case.devices, case.microbatches, tuner_cfg=tuner_cfg,
-                  solver_cfg=solver_cfg, seed=seed, model=case.profile,
-                  splitter=row_splitter(costs, splittable, fixed))
+    result = tune(costs, cluster, case.devices, case.microbatches, TuneOptions(
+        tuner_cfg, solver_cfg, seed=seed, model=case.profile,
+        splitter=row_splitter(costs, splittable, fixed)))
     return result.plan, float(result.tuner_seconds), result.costs
 
 

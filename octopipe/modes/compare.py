@@ -30,7 +30,7 @@ from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
 from octopipe.schedule.table import ScheduleTable
-from octopipe.sim import Jitter, SimResult, Simulator
+from octopipe.sim import Jitter, ReadyFirst, SimResult, Simulator
 from octopipe.sim.trace import sim_timeline_png, sim_trace
 
 Partitioner = Callable[[int], Sequence[tuple[int, int]]]
@@ -110,7 +110,7 @@ def policy_study(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
                 j = Jitter(cv=cv)
                 runs["strict"].append(sim.run(jitter=j, seed=seed + k).makespan)
                 for hint in ("table", "bf", "bfw"):
-                    runs[hint].append(sim.run(jitter=j, seed=seed + k, policy="ready_first", hint=hint).makespan)
+                    runs[hint].append(sim.run(jitter=j, seed=seed + k, policy=ReadyFirst(hint)).makespan)
             tag = f"cv{cv:g}"
             strict, ready = runs["strict"], runs["table"]
             row[f"strict_makespan_s_{tag}"] = float(np.mean(strict))

@@ -92,7 +92,7 @@ from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.schedule.plan_io import load_plan
 from octopipe.tune.split import LayerSplitter, model_splitter
-from octopipe.tune.tuner import tune
+from octopipe.tune.tuner import TuneOptions, tune
 
 FALLBACK_MODEL = "tiny_hybrid"
 
@@ -174,9 +174,9 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
         sub = _with_schedule(cfg, name)
         path = sub.schedule.file
         if sub.schedule.name == "octopipe" and not path:
-            res = tune(costs, cluster, n_ranks(inputs), cfg.microbatches, tuner_cfg=cfg.tuner,
-                       solver_cfg=cfg.solver, seed=cfg.seed, model=model.name,
-                       splitter=_splitter(inputs, model, costs, cluster))
+            res = tune(costs, cluster, n_ranks(inputs), cfg.microbatches, TuneOptions(
+                cfg.tuner, cfg.solver, seed=cfg.seed, model=model.name,
+                splitter=_splitter(inputs, model, costs, cluster)))
             plan = res.plan
             plans.append(Plan(plan.partition, replace(plan.table, name="octopipe"), model.name,
                               cluster.name, plan.meta, plan.shards))

@@ -14,7 +14,7 @@ from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.schedule.render import bars_trace
-from octopipe.tune import tune
+from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
 
 GIB = 2.0 ** 30
@@ -38,9 +38,9 @@ def run(inputs: Inputs) -> Result:
     case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
             "seq_len": int(model.seq_len)}
     try:
-        res = tune(costs, cluster, pp, mb, tuner_cfg=cfg.tuner, solver_cfg=cfg.solver,
-                   semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
-                   progress=inputs.interactive, splitter=inputs.splitter)
+        res = tune(costs, cluster, pp, mb, TuneOptions(
+            cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
+            progress=inputs.interactive, splitter=inputs.splitter))
     except InfeasibleError as e:
         if not (cfg.experiment is not None and cfg.experiment.keep_going):
             raise

@@ -25,7 +25,7 @@ from octopipe.schedule.library import build_schedule
 from octopipe.schedule.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
-from octopipe.sim import Jitter, Simulator
+from octopipe.sim import Jitter, ReadyFirst, Simulator
 from octopipe.sim.result import CAUSES
 from octopipe.sim.trace import sim_timeline_png, sim_trace
 
@@ -38,9 +38,9 @@ def jitter_of(sim: SimConfig, cv: float | None = None) -> Jitter:
 
 def run_options(sim: SimConfig) -> dict:
     """Keyword arguments of `Simulator.run` from `sim.*`."""
-    return {"policy": sim.policy, "semantics": sim.semantics, "hint": sim.hint,
-            "max_inflight": sim.max_inflight, "memory_limit": sim.memory_limit,
-            "check_memory": sim.check_memory}
+    policy = (ReadyFirst(sim.hint, sim.max_inflight, sim.memory_limit)
+              if sim.policy == "ready_first" else sim.policy)
+    return {"policy": policy, "semantics": sim.semantics, "check_memory": sim.check_memory}
 
 
 def plan_file(cfg: Config) -> Plan | None:
@@ -113,7 +113,7 @@ def run(inputs: Inputs) -> Result:
         mc = sim.monte_carlo(cfg.sim.monte_carlo, jitter, seed=cfg.seed,
                              **{k: v for k, v in opts.items() if k != "check_memory"})
         summary["monte_carlo"] = mc.summary()
-    report.append(summary_table(f"{table.name}: {opts['policy']} / {opts['semantics']}", summary))
+    report.append(summary_table(f"{table.name}: {cfg.sim.policy} / {cfg.sim.semantics}", summary))
     causes = Table(title="bubble causes per device (s)")
     causes.add_column("device")
     for c in CAUSES:
@@ -126,7 +126,7 @@ def run(inputs: Inputs) -> Result:
     artifacts: list[Artifact] = [compact_json_artifact("trace.json", sim_trace(res)),
                                  Artifact("timeline.png", lambda path: sim_timeline_png(res, path)),
                                  *plan_artifacts(plan)]
-    if opts["policy"] == "ready_first":
+    if cfg.sim.policy == "ready_first":
         artifacts.append(table_artifact("executed_schedule.csv", res.executed_table()))
         summary["executed_schedule"] = "executed_schedule.csv"
     return Result(summary, tuple(report), tuple(artifacts))

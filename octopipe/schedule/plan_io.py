@@ -15,7 +15,7 @@ Layout (``format`` = ``"octopipe.plan"``, ``version`` = `FORMAT_VERSION`)::
 
 The rows in the JSON are authoritative; the CSV is written for torch and for people, and
 `load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]``
-(a mapping from action string to seconds). `Plan.shards` (original layer index -> pieces) is
+(a mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.shards` (original layer index -> pieces) is
 stored in ``meta.shards``, where version 1 files have always kept it, so files read both ways.
 """
 from __future__ import annotations
@@ -24,40 +24,19 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from octopipe.errors import ScheduleError
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action
 from octopipe.schedule.csv_io import read_csv, write_csv
+from octopipe.schedule.lower import validate_lowered
 from octopipe.schedule.table import ScheduleTable
-
-if TYPE_CHECKING:
-    from octopipe.cost.table import CostTable
+from octopipe.schedule.validate import validate
 
 FORMAT = "octopipe.plan"
 FORMAT_VERSION = 1
 _REQUIRED = ("format", "version", "partition", "n_microbatches", "placement", "schedule")
-
-
-def action_costs(plan: Plan, costs: "CostTable", kind_of_device: Sequence[int]) -> dict[str, float]:
-    """Seconds per compute action of `plan` from a CostTable (for ``plan.meta["action_costs"]``).
-
-    `kind_of_device[d]` is the CostTable kind index of device d; a stage is costed on the device
-    that runs it for that micro-batch; a full backward costs I + W.
-    """
-    if len(kind_of_device) < plan.table.n_devices:
-        raise ScheduleError(f"kind_of_device lists {len(kind_of_device)} devices; the table uses "
-                            f"{plan.table.n_devices}")
-    out: dict[str, float] = {}
-    for d, a in plan.table:
-        if a.kind.is_comm:
-            continue
-        lo, hi = plan.partition[a.stage]
-        k = int(kind_of_device[d])
-        names = ("i", "w") if a.kind.value == "B" else (a.kind.value.lower(),)
-        out[str(a)] = float(sum(costs.range_sum(n, lo, hi, k) for n in names))
-    return out
 
 
 def _jsonable(value: Any, where: str) -> Any:
@@ -178,12 +157,8 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
                             f"{table.n_stages} stages")
     if check:
         if table.is_lowered:
-            from octopipe.schedule.lower import validate_lowered
-
             validate_lowered(table)
         else:
-            from octopipe.schedule.validate import validate
-
             validate(table)
     meta = dict(doc.get("meta") or {})
     if "action_costs" in doc:
@@ -219,5 +194,5 @@ def load_schedule_file(path: str | Path, **csv_kwargs) -> ScheduleTable:
     return read_csv(path, **csv_kwargs)
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "action_costs", "save_plan", "load_plan", "load_schedule_file",
+__all__ = ["FORMAT", "FORMAT_VERSION", "save_plan", "load_plan", "load_schedule_file",
            "plan_to_doc", "plan_from_doc"]

@@ -8,8 +8,8 @@ from octopipe.sim.deadlock import Deadlock, Wait
 from octopipe.sim.durations import Durations, bind
 from octopipe.sim.program import Program, compile_table
 from octopipe.sim.result import CAUSES, SimResult
-from octopipe.sim.simulator import HINTS, POLICIES, Simulator, find_deadlock, simulate
+from octopipe.sim.simulator import HINTS, POLICIES, ReadyFirst, Simulator, find_deadlock, simulate
 from octopipe.sim.variability import Jitter, MonteCarlo
 
 __all__ = ["CAUSES", "Deadlock", "Durations", "HINTS", "Jitter", "MonteCarlo", "POLICIES", "Program",
-           "SimResult", "Simulator", "Wait", "bind", "compile_table", "find_deadlock", "simulate"]
+           "ReadyFirst", "SimResult", "Simulator", "Wait", "bind", "compile_table", "find_deadlock", "simulate"]

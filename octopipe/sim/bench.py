@@ -22,6 +22,8 @@ import numpy as np
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.table import CostTable
+from octopipe.schedule.generators import interleaved, one_f_one_b
+from octopipe.schedule.lower import lower
 from octopipe.sim.simulator import Simulator, compile_cached
 
 
@@ -52,7 +54,6 @@ def n_lowered_actions(sim: Simulator) -> int:
 
 
 def scaling(devices: list[int], microbatches: list[int], repeat: int) -> list[dict]:
-    from octopipe.schedule.generators import one_f_one_b
     rows = []
     for p in devices:
         for m in microbatches:
@@ -76,10 +77,7 @@ def scaling(devices: list[int], microbatches: list[int], repeat: int) -> list[di
 
 
 def versus_torch(p: int, chunks: int, m: int, repeat: int) -> dict:
-    from torch.distributed.pipelining.schedules import _Action, _simulate_comms_compute
-
-    from octopipe.schedule.generators import interleaved
-    from octopipe.schedule.lower import lower
+    from torch.distributed.pipelining.schedules import _Action, _simulate_comms_compute  # heavy: only here
     table = lower(interleaved(p, m, chunks))
     order = {d: [_Action.from_str(str(a)) for a in table.actions(d)] for d in range(p)}
     n_stages = table.n_stages

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from octopipe.errors import ConfigError
 from octopipe.sim.durations import Durations
 from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, Program
 
@@ -208,7 +209,6 @@ def hint_priority(prog: Program, hint: str) -> list[int]:
     elif hint == "bfw":
         cls = np.select([k == 0, k == 2], [1, 2], 0)   # I/B, then F, then deferred W
     else:
-        from octopipe.errors import ConfigError
         raise ConfigError(f"sim.hint={hint!r} is not a hint; use table, bf or bfw")
     return (cls * big + pos).tolist()
 

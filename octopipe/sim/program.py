@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -126,7 +127,17 @@ def _i64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
-def _cells(table: ScheduleTable) -> tuple[np.ndarray, ...]:
+class Cells(NamedTuple):
+    """Every non-idle cell of a table in row order, as flat int64 arrays."""
+
+    dev: np.ndarray
+    col: np.ndarray
+    stage: np.ndarray
+    code: np.ndarray       # KIND_CODE, 4+ for SEND_F, RECV_F, SEND_B, RECV_B
+    mb: np.ndarray
+
+
+def _cells(table: ScheduleTable) -> Cells:
     """Device, column, stage, kind code and micro-batch of every non-idle cell, in row order.
 
     The only per-cell Python work of the compile, all of it in C loops that allocate no
@@ -143,9 +154,9 @@ def _cells(table: ScheduleTable) -> tuple[np.ndarray, ...]:
         cells = [a for a in cells if a is not None]
         n = len(cells)
         dev, col = dev[keep], col[keep]
-    return (dev, col, np.fromiter(map(_STAGE, cells), dtype=np.int64, count=n),
-            np.fromiter(map(_CODE.__getitem__, map(_KIND, cells)), dtype=np.int64, count=n),
-            np.fromiter(map(_MB, cells), dtype=np.int64, count=n))
+    return Cells(dev, col, np.fromiter(map(_STAGE, cells), dtype=np.int64, count=n),
+                 np.fromiter(map(_CODE.__getitem__, map(_KIND, cells)), dtype=np.int64, count=n),
+                 np.fromiter(map(_MB, cells), dtype=np.int64, count=n))
 
 
 def _first_repeat(keys: np.ndarray) -> np.ndarray:
@@ -224,7 +235,8 @@ def compile_table(table: ScheduleTable) -> Program:
     if n_m < 1 or n_s < 1:
         raise ScheduleError(f"table {table.name!r} needs at least one stage and one micro-batch "
                             f"(has {n_s} stages, {n_m} micro-batches)")
-    dev, col, stage, code, mb = _cells(table)
+    cells = _cells(table)
+    dev, col, stage, code, mb = cells
     n_keys = n_s * 4 * n_m
     key = (stage * 4 + np.minimum(code, 3)) * n_m + mb      # (stage, kind, mb) of compute cells
     _check_cells(table, dev, col, stage, code, mb, n_keys, key)
@@ -287,9 +299,7 @@ def compile_table(table: ScheduleTable) -> Program:
         r_col = np.repeat(c_col, 3)[keep]
         r_dev = np.repeat(c_dev, 3)[keep]
     else:
-        r_type, r_id, r_col, r_dev = _lowered_rows(table, dev, col, stage, code, mb, is_c, t_key,
-                                                   t_src, t_dst, t_prod, c_stage, c_kind, c_mb,
-                                                   (c_dev, c_col))
+        r_type, r_id, r_col, r_dev = _lowered_rows(table, cells, t_key, t_prod, t_cons)
     n_r = len(r_type)
     bounds = np.zeros(n_d + 1, dtype=np.int64)
     np.cumsum(np.bincount(r_dev, minlength=n_d), out=bounds[1:])
@@ -318,10 +328,13 @@ _COMM_DIR = _i64((FWD, FWD, BWD, BWD))
 _COMM_SHIFT = _i64((0, -1, 0, 1))
 
 
-def _lowered_rows(table, dev, col, stage, code, mb, is_c, t_key, t_src, t_dst, t_prod,
-                  c_stage, c_kind, c_mb, where) -> tuple[np.ndarray, ...]:
-    """Row cells of a lowered table: its own SEND/RECV cells matched to the transfers."""
-    n_s, n_t = table.n_stages, len(t_src)
+def _lowered_rows(table: ScheduleTable, cells: Cells, t_key: np.ndarray, t_prod: np.ndarray,
+                  t_cons: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Row cells of a lowered table: its own SEND/RECV cells matched to the transfers
+    (`t_key[dir, sending stage, mb]` -> transfer; producer and consumer compute node of each)."""
+    dev, col, stage, code, mb = cells
+    is_c = code < 4
+    n_s, n_t = table.n_stages, len(t_prod)
     comm = np.flatnonzero(~is_c)
     cc = code[comm] - 4
     sender = stage[comm] + _COMM_SHIFT[cc]
@@ -352,10 +365,11 @@ def _lowered_rows(table, dev, col, stage, code, mb, is_c, t_key, t_src, t_dst, t
         k = int(np.argmax(lacking))
         p = int(t_prod[k])
         missing = "SEND" if not sends[k] else "RECV"
-        a = Action(int(c_stage[p]), KIND_OF_CODE[int(c_kind[p])], int(c_mb[p]))
-        raise _fail(table, (int(where[0][p]), int(where[1][p])), f"the lowered table lacks the "
-                    f"{missing} of the transfer {t_src[k]}->{t_dst[k]} that {a} feeds; lower the "
-                    "compute-only table with octopipe.schedule.lower.lower()")
+        c_dev, c_col = dev[is_c], col[is_c]
+        a = Action(int(stage[is_c][p]), KIND_OF_CODE[int(code[is_c][p])], int(mb[is_c][p]))
+        raise _fail(table, (int(c_dev[p]), int(c_col[p])), f"the lowered table lacks the "
+                    f"{missing} of the transfer {c_dev[p]}->{c_dev[t_cons[k]]} that {a} feeds; "
+                    "lower the compute-only table with octopipe.schedule.lower.lower()")
     r_type = np.full(len(code), CELL_COMPUTE, dtype=np.int64)
     r_type[comm] = np.where(is_send, CELL_SEND, CELL_RECV)
     r_id = np.empty(len(code), dtype=np.int64)

@@ -12,7 +12,7 @@ Bubble causes split every idle second of a device into one of `CAUSES`:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
 
@@ -225,7 +225,6 @@ class SimResult:
         rows = [tuple(P.action(int(c)) for c in ids) for ids in self.order]
         t = P.table.compute_only().with_rows(rows)
         if name is not None:
-            from dataclasses import replace
             t = replace(t, name=name)
         return t
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -63,6 +64,34 @@ def _check(policy: str, semantics: str, hint: str) -> None:
                           f"sim.semantics={semantics} applies to strict only; set sim.semantics=eager")
 
 
+@dataclass(frozen=True)
+class ReadyFirst:
+    """The ready-first policy: an idle device runs its best-ranked ready compute; `hint` ranks
+    them (table, bf, bfw), `max_inflight` caps the micro-batches holding activations per device
+    (one value or one per device), `memory_limit` holds an F back when it would exceed the
+    device's memory (True) or the given bytes per device."""
+
+    hint: str = "table"
+    max_inflight: int | Sequence[int] | None = None
+    memory_limit: bool | Sequence[float] = False
+
+    name: ClassVar[str] = "ready_first"
+
+
+Policy = str | ReadyFirst     # "strict", "ready_first" (`ReadyFirst()`'s defaults) or a ReadyFirst
+
+
+def _policy(policy: Policy) -> ReadyFirst | None:
+    """None for strict, the ready-first options otherwise."""
+    if isinstance(policy, ReadyFirst):
+        return policy
+    if policy == "ready_first":
+        return ReadyFirst()
+    if policy == "strict":
+        return None
+    raise ConfigError(f"sim.policy={policy!r} is unknown; use one of {', '.join(POLICIES)}")
+
+
 class Simulator:
     """A table compiled once; `run` re-times it for any durations, policy and semantics."""
 
@@ -85,16 +114,17 @@ class Simulator:
         self.durations = uniform(self.program, f, b, w, transfer, act_bytes)
         return self
 
-    def raw(self, durations: Durations | None = None, *, policy: str = "strict",
-            semantics: str = EAGER, hint: str = "table", max_inflight: int | Sequence[int] | None = None,
-            memory_limit: bool | Sequence[float] = False) -> Raw:
-        _check(policy, semantics, hint)
+    def raw(self, durations: Durations | None = None, *, policy: Policy = "strict",
+            semantics: str = EAGER) -> Raw:
+        rf = _policy(policy)
+        _check("strict" if rf is None else rf.name, semantics, "table" if rf is None else rf.hint)
         dur = durations if durations is not None else self.durations
         if dur is None:
             raise ConfigError("no durations: pass cost= and cluster= to Simulator, or call .uniform()")
-        if policy == "strict":
+        if rf is None:
             with _no_gc():
                 return run_strict(self.program, dur, semantics)
+        hint, max_inflight, memory_limit = rf.hint, rf.max_inflight, rf.memory_limit
         n_d = self.program.n_devices
         caps = None
         if max_inflight is not None:
@@ -107,23 +137,23 @@ class Simulator:
         with _no_gc():
             return run_ready_first(self.program, dur, hint, caps, mem)
 
-    def run(self, durations: Durations | None = None, *, policy: str = "strict",
-            semantics: str = EAGER, hint: str = "table", max_inflight: int | Sequence[int] | None = None,
-            memory_limit: bool | Sequence[float] = False, jitter: Jitter | None = None,
+    def run(self, durations: Durations | None = None, *, policy: Policy = "strict",
+            semantics: str = EAGER, jitter: Jitter | None = None,
             seed: int | np.random.Generator | None = 0, check_memory: bool = False) -> SimResult:
-        """Simulate once; raises DeadlockError (with the cycle on the grid) if the table stalls,
-        and InfeasibleError when `check_memory` and a device exceeds its capacity."""
+        """Simulate once under `policy` ("strict", or ready-first: "ready_first" or a `ReadyFirst`
+        with its hint and limits); raises DeadlockError (with the cycle on the grid) if the table
+        stalls, and InfeasibleError when `check_memory` and a device exceeds its capacity."""
         dur = durations if durations is not None else self.durations
         if dur is None:
             raise ConfigError("no durations: pass cost= and cluster= to Simulator, or call .uniform()")
         if jitter is not None and jitter.active:
             rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
             dur = jitter.apply(self.program, dur, rng)
-        raw = self.raw(dur, policy=policy, semantics=semantics, hint=hint,
-                       max_inflight=max_inflight, memory_limit=memory_limit)
+        raw = self.raw(dur, policy=policy, semantics=semantics)
+        name = "strict" if _policy(policy) is None else ReadyFirst.name
         if raw.stuck is not None:
-            raise analyze(self.program, raw.stuck, semantics, policy).error(self.program)
-        res = result_of(self.program, dur, raw, policy, semantics)
+            raise analyze(self.program, raw.stuck, semantics, name).error(self.program)
+        res = result_of(self.program, dur, raw, name, semantics)
         if check_memory and res.over_capacity:
             d = res.over_capacity[0]
             raise InfeasibleError(f"device {d} peaks at {res.peak_memory[d] / 2**30:.2f} GiB, over its "

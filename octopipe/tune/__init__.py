@@ -1,8 +1,8 @@
 """OctoPipe's bubble-aware tuner.
 
-    from octopipe.tune import tune
+    from octopipe.tune import TuneOptions, tune
     res = tune(costs, cluster, n_devices=8, n_microbatches=16,
-               tuner_cfg={"time_budget_s": 30}, solver_cfg=None, semantics="eager", seed=0)
+               options=TuneOptions(tuner={"time_budget_s": 30}, semantics="eager", seed=0))
     res.plan             # Plan: partition, placement and the frozen schedule table
     res.sim_result       # SimResult of the plan (communication-aware, strict row order)
     res.baselines        # named schedules (uniform / DP-balanced partitions), simulated
@@ -21,7 +21,7 @@ layer and device bounds), baselines, freeze (policy → table), result (TuneResu
 from octopipe.tune.attribution import Attribution, attribute, attribute_sim
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.result import TuneResult
-from octopipe.tune.tuner import TunerConfig, tune
+from octopipe.tune.tuner import TuneOptions, TunerConfig, tune
 
-__all__ = ["tune", "TuneResult", "TunerConfig", "Candidate", "Problem", "Attribution",
+__all__ = ["tune", "TuneOptions", "TuneResult", "TunerConfig", "Candidate", "Problem", "Attribution",
            "attribute", "attribute_sim"]

@@ -111,7 +111,6 @@ def attribute(n_devices: int, device: np.ndarray, start: np.ndarray, end: np.nda
 def from_list_result(problem: Problem, cand: Candidate, result: ListResult) -> Attribution:
     """Attribution of a list-scheduler estimate (see `Problem.estimate`)."""
     arr = problem.arrays(cand)
-    S, M = arr.n_stages, problem.n_microbatches
     kinds = 3 if cand.split else 2
     st = result.start[:, :kinds, :]
     dur = arr.dur[:, :kinds, None]

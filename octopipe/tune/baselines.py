@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from octopipe.errors import OctoPipeError
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import baselines as registry_baselines
+from octopipe.schedule.library import build_schedule
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate
+from solvers.dp import dp_partition
+from solvers.instance import Inflight, PartitionInstance
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,6 @@ SPECS = tuple(BaselineSpec(b.label, name, b.group, b.chunks) for name, b in regi
 
 
 def named_table(name: str, n_devices: int, n_microbatches: int, chunks: int):
-    from octopipe.schedule.library import build_schedule
     return build_schedule(name, n_devices, n_microbatches, chunks=chunks)
 
 
@@ -39,10 +41,8 @@ def dp_balanced(problem: Problem, schedule: str, placement: tuple[int, ...]) -> 
     D = problem.n_devices
     if len(placement) == D and tuple(placement) == tuple(range(D)):
         try:
-            from solvers.dp import dp_partition
-            from solvers.instance import PartitionInstance
             inst = PartitionInstance.build(problem.costs, problem.cluster, D, placement,
-                                           schedule_name=schedule, n_microbatches=problem.n_microbatches)
+                                           Inflight(schedule, problem.n_microbatches))
             res = dp_partition(inst)
             if res.fits_memory and res.partition:
                 return res.partition

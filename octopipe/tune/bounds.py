@@ -23,6 +23,7 @@ times), solved exactly with CBC (`pulp`). Each bound is never below the one befo
 from __future__ import annotations
 
 import numpy as np
+import pulp
 
 from octopipe.tune.candidate import Problem
 from solvers.backend import cbc
@@ -65,14 +66,10 @@ def layer_bound(problem: Problem) -> float:
 def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
     """max(layer bound, min over layer-to-device assignments of the fill/drain-aware load).
 
-    Falls back to `layer_bound(problem)` when pulp is missing or CBC does not prove optimality
-    within `time_limit_s` (an unproven incumbent is not a bound).
+    Falls back to `layer_bound(problem)` when CBC does not prove optimality within
+    `time_limit_s` (an unproven incumbent is not a bound).
     """
     base = layer_bound(problem)
-    try:
-        import pulp
-    except ImportError:
-        return base
     c = problem.costs
     f = c.f[:, problem.kind_col].min(axis=1)
     i = c.i[:, problem.kind_col].min(axis=1)

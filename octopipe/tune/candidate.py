@@ -17,7 +17,7 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
-from octopipe.tune.listsched import ListResult, StageArrays, list_schedule
+from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_schedule
 
 INF_LIMIT = math.inf
 
@@ -63,6 +63,11 @@ class Candidate:
         chunks = S / max(1, len(set(self.placement)))
         base = (S - np.arange(S)) / chunks
         return np.maximum(1, np.round(self.inflight * base)).astype(np.int32)
+
+    def list_policy(self, n_devices: int) -> ListPolicy:
+        """The candidate's policy as the list scheduler takes it."""
+        return ListPolicy(self.split, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
+                          self.b_tiebreak, self.w_pressure)
 
     def with_(self, **kw) -> "Candidate":
         return replace(self, **kw)
@@ -149,7 +154,4 @@ class Problem:
             S, M = arr.n_stages, self.n_microbatches
             return ListResult(math.inf, np.full((S, 3, M), -1.0), np.zeros(0, np.int32),
                               np.zeros(self.n_devices), False)
-        return list_schedule(arr, self.n_microbatches, split=cand.split,
-                             limits=cand.limits(self.n_devices), kind_rank=cand.kind_rank,
-                             f_tiebreak=cand.f_tiebreak, b_tiebreak=cand.b_tiebreak,
-                             w_pressure=cand.w_pressure)
+        return list_schedule(arr, self.n_microbatches, cand.list_policy(self.n_devices))

@@ -13,10 +13,12 @@ import numpy as np
 
 from octopipe.errors import DeadlockError
 from octopipe.plan import Plan
+from octopipe.schedule.lower import lower
 from octopipe.sim.result import SimResult
 from octopipe.sim.simulator import simulate
 from octopipe.tune.attribution import Attribution, attribute_sim
 from octopipe.tune.candidate import Problem
+from solvers.smt import check_deadlock_free
 
 
 @dataclass
@@ -64,7 +66,6 @@ def evaluate(problem: Problem, name: str, group: str, plan: Plan) -> Evaluated:
     deadlocks most schedules, while the lowered order is what a fixed-order runtime executes.
     """
     if problem.semantics != "eager" and not plan.table.is_lowered:
-        from octopipe.schedule.lower import lower
         plan = replace(plan, table=lower(plan.table))
     try:
         sim = simulate_plan(problem, plan)
@@ -91,7 +92,6 @@ def smt_check(problem: Problem, plan: Plan, max_actions: int) -> dict:
     if n > max_actions:
         return {"smt": "skipped", "reason": f"{n} actions > tuner.smt_max_actions={max_actions}; "
                 "the simulator ran the table to completion without deadlock"}
-    from solvers.smt import check_deadlock_free   # octopipe imports solvers only where it plans
     verdict = check_deadlock_free(plan.table, semantics=problem.semantics)
     if not verdict.ok:
         raise DeadlockError(f"SMT check: the plan deadlocks under {problem.semantics} semantics\n"

@@ -40,6 +40,24 @@ class StageArrays:
         return len(self.dev)
 
 
+@dataclass(frozen=True, eq=False)
+class ListPolicy:
+    """How the list scheduler picks the next action (see listsched.c).
+
+    split: I and W as separate actions (else one B); limits[s] caps the micro-batches in flight
+    on stage s (0 = no cap); kind_rank orders F, I, W (lower first); f_tiebreak 0: lowest
+    micro-batch first, 1: deepest stage first; b_tiebreak 0: deepest stage first, 1: lowest
+    micro-batch first; W jumps ahead once a device's activations exceed w_pressure × capacity.
+    """
+
+    split: bool
+    limits: np.ndarray
+    kind_rank: tuple[int, int, int] = (1, 0, 2)
+    f_tiebreak: int = 0
+    b_tiebreak: int = 0
+    w_pressure: float = 2.0
+
+
 @dataclass(frozen=True)
 class ListResult:
     """Outcome of one list-scheduling run; `complete` is False when the limits deadlock."""
@@ -96,20 +114,16 @@ def c_kernel_available() -> bool:
     return _lib() is not None
 
 
-def list_schedule(arr: StageArrays, n_microbatches: int, *, split: bool, limits: np.ndarray,
-                  kind_rank: tuple[int, int, int] = (1, 0, 2), f_tiebreak: int = 0,
-                  b_tiebreak: int = 0, w_pressure: float = 2.0,
+def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
                   use_c: bool | None = None) -> ListResult:
-    """Schedule every action of `arr` for `n_microbatches`; see listsched.c for the policy.
-
-    limits[s] caps the micro-batches in flight on stage s (0 = no cap); kind_rank orders F, I, W
-    (lower first); W jumps ahead once a device's activations exceed w_pressure × capacity.
-    """
+    """Schedule every action of `arr` for `n_microbatches` under `policy` (C engine unless
+    `use_c` is False or no compiler exists)."""
     S, M, D = arr.n_stages, int(n_microbatches), arr.n_devices
-    limits = np.ascontiguousarray(limits, dtype=np.int32)
+    split = policy.split
+    limits = np.ascontiguousarray(policy.limits, dtype=np.int32)
     lib = _lib() if use_c in (None, True) else None
     if lib is None or use_c is False:
-        return _list_schedule_py(arr, M, split, limits, kind_rank, f_tiebreak, b_tiebreak, w_pressure)
+        return _list_schedule_py(arr, M, policy, limits)
     start = np.empty(S * 3 * M, dtype=np.float64)
     order = np.empty(S * 3 * M, dtype=np.int32)
     peak = np.zeros(D, dtype=np.float64)
@@ -120,17 +134,18 @@ def list_schedule(arr: StageArrays, n_microbatches: int, *, split: bool, limits:
         np.ascontiguousarray(arr.comm_f, dtype=np.float64), np.ascontiguousarray(arr.comm_b, dtype=np.float64),
         np.ascontiguousarray(arr.act, dtype=np.float64), np.ascontiguousarray(arr.free_i, dtype=np.float64),
         np.ascontiguousarray(arr.cap, dtype=np.float64), limits,
-        np.ascontiguousarray(kind_rank, dtype=np.int32), int(f_tiebreak), int(b_tiebreak),
-        float(w_pressure), start, order, peak, ctypes.byref(ms))
+        np.ascontiguousarray(policy.kind_rank, dtype=np.int32), int(policy.f_tiebreak),
+        int(policy.b_tiebreak), float(policy.w_pressure), start, order, peak, ctypes.byref(ms))
     total = S * M * (3 if split else 2)
     return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
                       order[:done].copy(), peak, done == total)
 
 
-def _list_schedule_py(arr: StageArrays, M: int, split: bool, limits: np.ndarray,
-                      kind_rank, f_tiebreak: int, b_tiebreak: int, w_pressure: float) -> ListResult:
-    """The C engine's algorithm in Python (fallback and test oracle)."""
+def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:
+    """The C engine's algorithm in Python (fallback and test oracle); `limits` as int32."""
     S, D = arr.n_stages, arr.n_devices
+    split, kind_rank, w_pressure = policy.split, policy.kind_rank, policy.w_pressure
+    f_tiebreak, b_tiebreak = policy.f_tiebreak, policy.b_tiebreak
     dev = [int(d) for d in arr.dev]
     dur = arr.dur.tolist()
     comm_f, comm_b = arr.comm_f.tolist(), arr.comm_b.tolist()

@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from octopipe.errors import ConfigError, OctoPipeError
+
 CONTROL_PREFIX = ("llama",)
 
 
@@ -93,9 +95,9 @@ def table_md(cases: list[dict]) -> str:
 
 
 def plot(cases: list[dict], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only for the figure
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only for the figure
     ok = [c for c in cases if c.get("status", "ok") == "ok"]
     if not ok:
         return
@@ -129,7 +131,6 @@ def plot(cases: list[dict], path: Path) -> None:
 
 
 def report(root: Path) -> dict:
-    from octopipe.errors import ConfigError
     if not root.is_dir():
         raise ConfigError(f"{root} is not a directory; pass the multirun directory of experiment=suite")
     cases = load_cases(root)
@@ -153,7 +154,6 @@ def report(root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from octopipe.errors import OctoPipeError
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m octopipe.tune.report <multirun dir>", file=sys.stderr)

@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cost.table import CostTable
-from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map, shardable
+from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map, shard_model, shardable
 from octopipe.model.spec import ModelSpec
 
 MAX_ROW_PIECES = 8
@@ -49,7 +49,6 @@ class LayerSplitter:
 
 def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
     """Split `model`'s HEAD, MLP and MoE layers; `costs_of` prices the split model."""
-    from octopipe.model.shard import shard_model
     ok = tuple(shardable(x) for x in model.layers)
     cap = tuple(getattr(x, SPLIT_DIM[x.kind]) if x.kind in SPLIT_DIM else 1 for x in model.layers)
     return LayerSplitter(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")

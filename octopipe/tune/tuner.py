@@ -39,6 +39,9 @@ from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.result import TuneResult
 from octopipe.tune.search import SearchConfig, SearchOutcome, search
 from octopipe.tune.split import LayerSplitter, map_sizes, packed_max
+from solvers.instance import Inflight
+from solvers.partition_ilp import solve_partition
+from solvers.placement_ilp import solve_partition_placement
 
 
 JOINT_ILP_MAX_CELLS = 1024
@@ -99,32 +102,54 @@ class TuneState:
         return self.problem if plan.shards else self.whole
 
 
-def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int, *,
-         tuner_cfg: TunerConfig | Mapping[str, Any] | None = None,
-         solver_cfg: SolverConfig | Mapping[str, Any] | None = None, semantics: str = "eager", seed: int = 0,
-         model: str = "", baselines: bool = True, starts: Sequence[Candidate] = (),
-         progress: bool = False, splitter: LayerSplitter | None = None) -> TuneResult:
+@dataclass(frozen=True)
+class TuneOptions:
+    """How one `tune` call runs, besides its instance (costs, cluster, devices, micro-batches).
+
+    tuner: conf/tuner (`TunerConfig`, or a mapping of its fields); solver: conf/solver for the
+    ILP start (`SolverConfig`, or a mapping); semantics: the runtime's communication semantics
+    (eager, rendezvous, batched) used by the simulator and the SMT check; seed: the search's
+    random choices; model: the name plans carry; baselines: run the named schedules (and let
+    them compete as plans); starts: the caller's own starting candidates; progress: show a
+    terminal bar while searching; splitter: how heavy layers may split (`octopipe.tune.split`).
+    """
+
+    tuner: TunerConfig | Mapping[str, Any] | None = None
+    solver: SolverConfig | Mapping[str, Any] | None = None
+    semantics: str = "eager"
+    seed: int = 0
+    model: str = ""
+    baselines: bool = True
+    starts: Sequence[Candidate] = ()
+    progress: bool = False
+    splitter: LayerSplitter | None = None
+
+    def __post_init__(self) -> None:
+        """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
+        if not isinstance(self.tuner, TunerConfig):
+            object.__setattr__(self, "tuner", convert(TunerConfig, self.tuner, "tuner."))
+        if not isinstance(self.solver, SolverConfig):
+            object.__setattr__(self, "solver", convert(SolverConfig, self.solver, "solver."))
+        object.__setattr__(self, "starts", tuple(self.starts))
+
+
+def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
+         options: TuneOptions = TuneOptions()) -> TuneResult:
     """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
 
-    tuner_cfg: conf/tuner (time_budget_s, max_iters, patience, candidates_per_iter, finalists,
-    smt_max_actions, ilp, split_layers, split_share); solver_cfg: conf/solver for the ILP start;
-    semantics: the runtime's communication semantics (eager, rendezvous, batched) used by the
-    simulator and the SMT check. splitter: how heavy layers may split (`octopipe.tune.split`);
-    the search then runs on the split model, the baselines on the model as given, and a split
-    plan records its pieces in `plan.shards` (original layer index -> pieces).
+    With `options.splitter`, the search runs on the split model, the baselines on the model as
+    given, and a split plan records its pieces in `plan.shards` (original layer index -> pieces).
     Raises InfeasibleError when no plan fits memory.
     """
     t0 = time.perf_counter()
-    cfg = tuner_cfg if isinstance(tuner_cfg, TunerConfig) else convert(TunerConfig, tuner_cfg, "tuner.")
-    solver_cfg = (solver_cfg if isinstance(solver_cfg, SolverConfig)
-                  else convert(SolverConfig, solver_cfg, "solver."))
-    whole = Problem.build(costs, cluster, n_devices, n_microbatches, semantics)
-    st = TuneState(cfg, Budgets.of(cfg), whole, model, t0)
-    st.baselines = run_baselines(whole, model) if baselines else []      # 1. baselines: a fixed list
-    st.problem, st.counts, st.split_meta = layers_to_search(st, splitter)  # 2. starting points:
-    st.starts, st.ilp = starting_points(st, starts, solver_cfg)          #    the ILP within ilp_s
+    o = options
+    whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
+    st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
+    st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
+    st.problem, st.counts, st.split_meta = layers_to_search(st, o.splitter)  # 2. starting points:
+    st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    the ILP within ilp_s
     st.search_budget_s = st.budgets.search_s(st.elapsed())               # 3. search: what is left
-    st.outcome = run_search(st, seed, progress)
+    st.outcome = run_search(st, o.seed, o.progress)
     st.finals, st.history = finalists(st)                  # 4. finalists: until total_s, polish_s
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
@@ -247,9 +272,6 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
     """ILP partitions (solvers) as starting candidates: the joint partition + placement ILP with
     one stage per device (the partition ILP on the loop placement for large instances), and the
     partition ILP on the V placement with two stages per device."""
-    # solvers/ loads PuLP and z3 on import: only a tuner run with the ILP start needs them
-    from solvers.partition_ilp import solve_partition
-    from solvers.placement_ilp import solve_partition_placement
     scfg = replace(solver_cfg, time_limit_s=max(1.0, min(solver_cfg.time_limit_s, time_limit)))
     D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
     # the joint ILP with several stages per device takes tens of seconds on this class of
@@ -267,12 +289,10 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
         try:
             if placement is None:
                 res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
-                                                schedule_name=sched, n_microbatches=M,
-                                                chunks=chunks, solver_cfg=scfg)
+                                                Inflight(sched, M, chunks), scfg)
             else:
                 res = solve_partition(problem.costs, problem.cluster, D * chunks, placement,
-                                      schedule_name=sched, n_microbatches=M, chunks=chunks,
-                                      solver_cfg=scfg)
+                                      Inflight(sched, M, chunks), scfg)
         except OctoPipeError as e:
             run = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
         else:
@@ -327,8 +347,7 @@ def _progress(show: bool, budget: float):
     """A context giving the search's progress callback: a rich bar when `show`, else None."""
     if not show:
         return nullcontext(None)
-    # rich.progress only where a terminal shows the bar
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # only for a terminal bar
 
     @contextmanager
     def bar() -> Iterator[Callable[[float, float, int], None]]:

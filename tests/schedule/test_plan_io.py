@@ -7,12 +7,14 @@ import json
 import numpy as np
 import pytest
 
+from octopipe.cost.action_costs import action_costs
+from octopipe.cost.table import CostTable
 from octopipe.errors import ScheduleError
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv
 from octopipe.schedule.lower import lower
-from octopipe.schedule.plan_io import (FORMAT_VERSION, action_costs, load_plan, load_schedule_file,
+from octopipe.schedule.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file,
                                        plan_to_doc, save_plan)
 from octopipe.schedule.table import ScheduleTable, v_placement
 
@@ -104,8 +106,6 @@ def test_meta_that_json_cannot_hold_is_refused(tmp_path):
 
 
 def test_action_costs_from_a_cost_table_travel_with_the_plan(tmp_path):
-    from octopipe.cost.table import CostTable
-
     table = v_table(2, 2)  # 4 stages on 2 devices
     plan = Plan(((0, 1), (1, 3), (3, 4), (4, 6)), table)
     base = CostTable.uniform(6, f=1.0, i=2.0, w=0.5, kinds=("fast", "slow"))

@@ -5,7 +5,7 @@ import pytest
 
 from octopipe.errors import DeadlockError
 from octopipe.schedule.table import ScheduleTable
-from octopipe.sim import Simulator, find_deadlock
+from octopipe.sim import ReadyFirst, Simulator, find_deadlock
 from tests.sim.conftest import gpipe_table, one_f_one_b_table
 
 # device 0 blocks in a receive for the gradient before it ever sends its activation: a deadlock
@@ -81,6 +81,6 @@ def test_memory_limit_deadlock_is_raised_not_looped():
     # two stages on one device: its in-flight limit of 1 holds 0F1 while 1F0 still needs room
     t = ScheduleTable.from_strings([["0F0", "1F0", "1B0", "0B0", "0F1", "1F1", "1B1", "0B1"]], (0, 0), 2)
     sim = Simulator(t).uniform()
-    assert sim.run(policy="ready_first", max_inflight=2).makespan > 0
+    assert sim.run(policy=ReadyFirst(max_inflight=2)).makespan > 0
     with pytest.raises(DeadlockError, match="in-flight"):
-        sim.run(policy="ready_first", max_inflight=1)
+        sim.run(policy=ReadyFirst(max_inflight=1))

@@ -6,7 +6,7 @@ import pytest
 
 from octopipe.cost.table import CostTable
 from octopipe.schedule.table import ScheduleTable
-from octopipe.sim import Jitter, Simulator, simulate
+from octopipe.sim import Jitter, ReadyFirst, Simulator, simulate
 from octopipe.sim.program import compile_table
 from tests.sim.conftest import gpipe_table, make_cluster, one_f_one_b_table
 
@@ -114,8 +114,8 @@ def test_ready_first_beats_strict_on_a_badly_ordered_row():
 
 def test_in_flight_limit_bounds_activations_and_reports_memory_waits():
     sim = Simulator(gpipe_table(4, 8)).uniform(1.0, 2.0)
-    free = sim.run(policy="ready_first", hint="bf")
-    capped = sim.run(policy="ready_first", hint="bf", max_inflight=2)
+    free = sim.run(policy=ReadyFirst("bf"))
+    capped = sim.run(policy=ReadyFirst("bf", max_inflight=2))
     assert free.peak_activation_memory.max() == 8
     assert capped.peak_activation_memory.max() <= 2
     assert capped.bubble_causes[:, 4].sum() > 0
@@ -149,7 +149,7 @@ def test_bfw_hint_defers_weight_gradients_behind_forwards():
     t = ScheduleTable.from_rows(rows, (0, 1), 2)
     sim = Simulator(t).uniform(1.0, 2.0, w=1.0)
     as_table = [str(a) for a in sim.run(policy="ready_first").executed_table().rows[1]]
-    bfw = [str(a) for a in sim.run(policy="ready_first", hint="bfw").executed_table().rows[1]]
+    bfw = [str(a) for a in sim.run(policy=ReadyFirst("bfw")).executed_table().rows[1]]
     assert as_table == ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"]
     assert bfw == ["1F0", "1I0", "1F1", "1I1", "1W0", "1W1"]
 
@@ -162,7 +162,7 @@ def test_memory_over_capacity_is_reported_and_an_error_when_checked():
     assert res.over_capacity == (0, 1)   # 2 layers x (5 static + 4 x 10 activations) = 90 > 50
     with pytest.raises(InfeasibleError, match="device 0"):
         simulate(gpipe_table(2, 4), cost, small, check_memory=True)
-    limited = simulate(gpipe_table(2, 4), cost, small, policy="ready_first", memory_limit=True)
+    limited = simulate(gpipe_table(2, 4), cost, small, policy=ReadyFirst(memory_limit=True))
     assert limited.peak_memory.max() <= 50.0 and not limited.over_capacity
 
 

@@ -12,7 +12,7 @@ from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition, brute_force_placement
 from solvers.dp import dp_partition
 from solvers.greedy import greedy_partition, improve_by_shifts
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance, solve_partition
 from solvers.placement_ilp import solve_placement_instance
 from tests.solvers.instances import GB, make_cluster, random_costs
@@ -104,7 +104,7 @@ def test_infeasible_names_device_and_bytes_short():
 def test_inflight_comes_from_the_schedule_formulas():
     costs = CostTable.uniform(16, act_bytes=1.0)
     cl = make_cluster(4, hetero=False)
-    inst = PartitionInstance.build(costs, cl, 4, (0, 1, 2, 3), "1f1b", n_microbatches=8)
+    inst = PartitionInstance.build(costs, cl, 4, (0, 1, 2, 3), Inflight("1f1b", 8))
     assert inst.inflight == (4.0, 3.0, 2.0, 1.0)     # 1F1B keeps p - rank micro-batches
 
 

@@ -11,7 +11,7 @@ from octopipe.schedule.library import build_schedule
 from octopipe.schedule.lower import lower
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.simulator import simulate
-from solvers.instance import PartitionInstance
+from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
 from solvers.smt.memory import check_memory_feasible
 from tests.solvers.instances import make_cluster, random_costs
@@ -75,9 +75,10 @@ def test_ilp_plan_stays_within_memory_in_the_simulator():
     costs = random_costs(rng, 24)
     p, m = 4, 8
     cl = make_cluster(p, hetero=True, memory=(1e12, 1e12))
-    free = solve_instance(PartitionInstance.build(costs, cl, p, tuple(range(p)), "1f1b", m))
+    free = solve_instance(PartitionInstance.build(costs, cl, p, tuple(range(p)), Inflight("1f1b", m)))
     limit = 0.85 * max(free.device_memory_bytes)
-    inst = PartitionInstance.build(costs, cl, p, tuple(range(p)), "1f1b", m, memory_bytes=[limit] * p)
+    inst = PartitionInstance.build(costs, cl, p, tuple(range(p)), Inflight("1f1b", m),
+                                   memory_bytes=[limit] * p)
     res = solve_instance(inst)
     table = build_schedule("1f1b", p, m)
     sim = simulate(Plan(res.partition, table), costs, cl)

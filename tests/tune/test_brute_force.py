@@ -7,7 +7,7 @@ import pytest
 
 from octopipe.cost.table import CostTable
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.tune import Problem, tune
+from octopipe.tune import Problem, TuneOptions, tune
 from octopipe.tune.bounds import layer_bound, lower_bound
 
 from .helpers import free_cluster
@@ -116,7 +116,7 @@ CFG = {"time_budget_s": 20, "max_iters": 60, "patience": 20, "ilp": False, "fina
 def test_tuner_reaches_brute_force_optimum(f, D, M, splits, max_stages):
     costs, cluster = _costs(f), free_cluster(D)
     opt = brute_force(costs, cluster, D, M, splits, max_stages)
-    res = tune(costs, cluster, D, M, tuner_cfg=CFG, baselines=False)
+    res = tune(costs, cluster, D, M, TuneOptions(CFG, baselines=False))
     # the tuner searches split backward too, so it may beat a full-backward-only optimum
     assert res.makespan_s <= opt * (1 + 1e-9), f"tuner {res.makespan_s} vs optimum {opt}"
     # the bounds the reports divide by are valid: no plan beats them
@@ -128,7 +128,7 @@ def test_split_backward_optimum_with_two_microbatches():
     """Full brute force including I/W orders for one stage per device."""
     costs, cluster = _costs([1.0, 2.0]), free_cluster(2)
     opt = brute_force(costs, cluster, 2, 2, (False, True), max_stages=2)
-    res = tune(costs, cluster, 2, 2, tuner_cfg=CFG, baselines=False)
+    res = tune(costs, cluster, 2, 2, TuneOptions(CFG, baselines=False))
     assert res.makespan_s <= opt * (1 + 1e-9)
 
 

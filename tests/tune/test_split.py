@@ -7,7 +7,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.schedule.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
-from octopipe.tune import Problem, tune
+from octopipe.tune import Problem, TuneOptions, tune
 from octopipe.tune.tuner import _choose_split
 from octopipe.tune.split import map_sizes, row_splitter, split_rows
 
@@ -39,9 +39,9 @@ def test_split_rows_divides_evenly_and_carries_between_pieces():
 
 def test_tuner_splits_a_head_that_bounds_every_whole_layer_plan():
     costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=0.0, bandwidth=1e15)
-    whole = tune(costs, cl, 4, 16, tuner_cfg={**CFG, "split_layers": "off"}, baselines=False)
-    split = tune(costs, cl, 4, 16, tuner_cfg=CFG, baselines=False,
-                 splitter=row_splitter(costs, [False] * 8 + [True]))
+    whole = tune(costs, cl, 4, 16, TuneOptions({**CFG, "split_layers": "off"}, baselines=False))
+    split = tune(costs, cl, 4, 16, TuneOptions(CFG, baselines=False,
+                                               splitter=row_splitter(costs, [False] * 8 + [True])))
     # whole layers: the head's device owes 16 x 24 ms at least; total work / 4 = 16 x 12 ms
     assert whole.makespan_s >= 16 * 24e-3
     assert whole.split_counts == {} and whole.plan.shards == {} and "shards" not in whole.plan.meta
@@ -53,7 +53,7 @@ def test_tuner_splits_a_head_that_bounds_every_whole_layer_plan():
 
 def test_split_plan_round_trips_and_resimulates(tmp_path):
     costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=1e-5, bandwidth=50e9)
-    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, splitter=row_splitter(costs, [False] * 8 + [True]))
+    res = tune(costs, cl, 4, 8, TuneOptions(CFG, splitter=row_splitter(costs, [False] * 8 + [True])))
     assert res.costs.n_layers == res.plan.n_layers
     save_plan(res.plan, tmp_path / "plan.json", tmp_path / "plan.csv")
     back = load_plan(tmp_path / "plan.json")
@@ -91,12 +91,12 @@ def test_fixed_share_stays_with_the_first_piece():
 def test_split_modes_force_and_off_and_bad_values():
     costs, cl = head_heavy(), free_cluster(4, memory_bytes=2**34, latency=0.0, bandwidth=1e15)
     sp = row_splitter(costs, [True] * 9)
-    forced = tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "force", "split_share": 0.1},
-                  baselines=False, splitter=sp)
+    forced = tune(costs, cl, 4, 8, TuneOptions({**CFG, "split_layers": "force", "split_share": 0.1},
+                                               baselines=False, splitter=sp))
     assert forced.split_counts == sp.counts(np.asarray((costs.f + costs.i + costs.w)[:, 0]), 4, 0.1)
-    off = tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "off"}, baselines=False, splitter=sp)
+    off = tune(costs, cl, 4, 8, TuneOptions({**CFG, "split_layers": "off"}, baselines=False, splitter=sp))
     assert off.split_counts == {} and off.costs is costs
     with pytest.raises(ConfigError, match="tuner.split_layers='always': choose one of auto, force, off"):
-        tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_layers": "always"}, splitter=sp)
+        tune(costs, cl, 4, 8, TuneOptions({**CFG, "split_layers": "always"}, splitter=sp))
     with pytest.raises(ConfigError, match="tuner.split_share"):
-        tune(costs, cl, 4, 8, tuner_cfg={**CFG, "split_share": 0}, splitter=sp)
+        tune(costs, cl, 4, 8, TuneOptions({**CFG, "split_share": 0}, splitter=sp))

@@ -7,7 +7,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.schedule.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
-from octopipe.tune import Candidate, Problem, tune
+from octopipe.tune import Candidate, Problem, TuneOptions, tune
 from octopipe.tune.freeze import to_plan
 
 from .helpers import free_cluster
@@ -33,7 +33,7 @@ def test_never_worse_than_baselines_and_given_start():
     start = Candidate((3, 3, 3, 3), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2),
                       origin="given")
     start_ms = simulate(to_plan(pb, start), costs, cl).makespan
-    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, starts=[start])
+    res = tune(costs, cl, 4, 8, TuneOptions(CFG, starts=[start]))
     assert res.baselines and all(b.feasible for b in res.baselines)
     for b in res.baselines:
         assert res.makespan_s <= b.makespan_s * (1 + 1e-9), b.name
@@ -46,7 +46,7 @@ def test_never_worse_than_baselines_and_given_start():
 
 def test_plan_round_trips_and_resimulates(tmp_path):
     costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
-    res = tune(costs, cl, 4, 6, tuner_cfg=CFG)
+    res = tune(costs, cl, 4, 6, TuneOptions(CFG))
     path = save_plan(res.plan, tmp_path / "plan.json", tmp_path / "schedule.csv")
     back = load_plan(path)
     assert back.partition == res.plan.partition
@@ -63,7 +63,7 @@ def test_plan_fits_tight_memory():
     costs = hetero_costs()
     cap = 18 * 2**30          # tight: most baselines run out of memory here
     cl = free_cluster(4, memory_bytes=cap)
-    res = tune(costs, cl, 4, 16, tuner_cfg=CFG)
+    res = tune(costs, cl, 4, 16, TuneOptions(CFG))
     assert max(res.sim_result.peak_memory) <= cap
     oom = [b for b in res.baselines if b.sim is not None and max(b.sim.peak_memory) > cap]
     assert oom, "the capacity should bind for some baseline"
@@ -73,13 +73,13 @@ def test_plan_fits_tight_memory():
 def test_infeasible_memory_is_an_error():
     costs = hetero_costs()
     with pytest.raises(InfeasibleError, match="memory|fits"):
-        tune(costs, free_cluster(4, memory_bytes=2 * 2**30), 4, 8, tuner_cfg=CFG)
+        tune(costs, free_cluster(4, memory_bytes=2 * 2**30), 4, 8, TuneOptions(CFG))
 
 
 def test_seeded_and_reproducible():
     costs, cl = hetero_costs(seed=3), free_cluster(3)
-    a = tune(costs, cl, 3, 6, tuner_cfg=CFG, seed=5, baselines=False)
-    b = tune(costs, cl, 3, 6, tuner_cfg=CFG, seed=5, baselines=False)
+    a = tune(costs, cl, 3, 6, TuneOptions(CFG, seed=5, baselines=False))
+    b = tune(costs, cl, 3, 6, TuneOptions(CFG, seed=5, baselines=False))
     assert a.plan.partition == b.plan.partition
     assert a.plan.table.rows == b.plan.table.rows
     assert [h["makespan_s"] for h in a.history] == [h["makespan_s"] for h in b.history]
@@ -87,7 +87,7 @@ def test_seeded_and_reproducible():
 
 def test_blocking_semantics_get_a_lowered_deadlock_free_plan():
     costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
-    res = tune(costs, cl, 4, 8, tuner_cfg=CFG, semantics="rendezvous")
+    res = tune(costs, cl, 4, 8, TuneOptions(CFG, semantics="rendezvous"))
     assert res.plan.table.is_lowered
     assert res.evaluated.checks["smt"] == "proved"
     assert simulate(res.plan, costs, cl, semantics="rendezvous").makespan == pytest.approx(res.makespan_s)
@@ -100,7 +100,7 @@ def test_only_the_tuned_plan_fits(tmp_path):
     from octopipe.tune.report_md import plan_report
     costs = hetero_costs()
     cap = 12 * 2**30
-    res = tune(costs, free_cluster(4, memory_bytes=cap), 4, 16, tuner_cfg=CFG)
+    res = tune(costs, free_cluster(4, memory_bytes=cap), 4, 16, TuneOptions(CFG))
     assert res.baselines and not any(b.feasible for b in res.baselines)
     assert max(res.sim_result.peak_memory) <= cap
     assert res.summary()["speedup_vs_best_baseline"] is None

@@ -47,7 +47,7 @@ from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.pinning import available_cores, core_ids, pin_map
 from octopipe.schedule.library import build_schedule
-from octopipe.tune.tuner import tune
+from octopipe.tune.tuner import TuneOptions, tune
 
 EMULATED = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipev")
 REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
@@ -56,8 +56,8 @@ REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
 def _tuned(model, costs, cluster, n: int, m: int) -> Plan:
     """The tuner's plan on the offline profile (10 s, whole layers): its own partition and
     placement, so the prediction leans on per-layer costs, not on a calibrated stage."""
-    plan = tune(costs, cluster, n, m, tuner_cfg={"time_budget_s": 10.0, "split_layers": "off"}, seed=0,
-                model=model.name).plan
+    plan = tune(costs, cluster, n, m, TuneOptions({"time_budget_s": 10.0, "split_layers": "off"},
+                                                  model=model.name)).plan
     return Plan(plan.partition, replace(plan.table, name="tuned"), model.name, plan.cluster, plan.meta)
 
 

@@ -41,7 +41,7 @@ from octopipe.runtime.launch import execute, free_port, process_context
 from octopipe.runtime.stage import StageModule
 from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
-from octopipe.tune.tuner import tune
+from octopipe.tune.tuner import TuneOptions, tune
 
 PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
          ("zbv", "ScheduleZBVZeroBubble"))
@@ -138,7 +138,7 @@ def tuned_plan(model: ModelSpec, world: int, m: int, budget_s: float) -> Plan:
     cluster = local_cluster(world, link)
     cost_cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "cost" / "profiled.yaml"), {"device": "cpu"})
     costs = profiled_costs(cost_cfg, model, cluster)
-    res = tune(costs, cluster, world, m, tuner_cfg={"time_budget_s": budget_s}, seed=0, model=model.name)
+    res = tune(costs, cluster, world, m, TuneOptions({"time_budget_s": budget_s}, model=model.name))
     return res.plan
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Hashable, Mapping, Sequence
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, B, F, I, W
@@ -88,16 +89,27 @@ def align_lockstep(rows: Sequence[Sequence[Action | None]], n_stages: int) -> li
 Pool = Hashable
 
 
+@dataclass(frozen=True)
+class Pools:
+    """Memory pools of a unit-slot schedule: `of(a)` is the pool an F charges, and an F may start
+    only while its pool holds fewer live activations than `caps[pool]` (a pool missing from
+    `caps` is unbounded)."""
+
+    of: Callable[[Action], Pool]
+    caps: Mapping[Pool, int]
+
+
 def priority_rows(devices_of: Callable[[Action], int], n_devices: int, n_stages: int,
                   n_microbatches: int, split: bool, priority: Callable[[Action], tuple],
-                  pool_of: Callable[[Action], Pool], caps: dict[Pool, int], name: str) -> list[Row]:
+                  pools: Pools, name: str) -> list[Row]:
     """Unit-slot list scheduling: every slot, each idle device runs its best ready action.
 
     Each compute action takes one slot; an action is ready once its data predecessors finished
-    in an earlier slot. An F may start only while its memory pool (`pool_of`) holds fewer live
-    activations than `caps[pool]` (a pool missing from `caps` is unbounded); F adds one, B (or
-    W when `split`) frees one. Ties go to the smallest `priority` key. Returns time-aligned rows.
+    in an earlier slot. An F may start only while its memory pool has room (`pools`); F adds
+    one live activation, B (or W when `split`) frees one. Ties go to the smallest `priority`
+    key. Returns time-aligned rows.
     """
+    pool_of, caps = pools.of, pools.caps
     kinds = (F, I, W) if split else (F, B)
     pending: list[list[Action]] = [[] for _ in range(n_devices)]
     for s in range(n_stages):

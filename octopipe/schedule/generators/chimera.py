@@ -9,7 +9,7 @@ backward passes first and older micro-batches first.
 from __future__ import annotations
 
 from octopipe.schedule.action import B
-from octopipe.schedule.generators._common import check_shape, priority_rows, require, table
+from octopipe.schedule.generators._common import Pools, check_shape, priority_rows, require, table
 from octopipe.schedule.table import ScheduleTable
 
 
@@ -39,5 +39,5 @@ def chimera(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTab
     rows = priority_rows(
         devices_of=device_of, n_devices=p, n_stages=p, n_microbatches=m, split=False,
         priority=lambda a: (0 if a.kind is B else 1, a.microbatch),
-        pool_of=lambda a: (device_of(a), mb_replica[a.microbatch]), caps=caps, name="chimera")
+        pools=Pools(lambda a: (device_of(a), mb_replica[a.microbatch]), caps), name="chimera")
     return table(rows, down, m, "chimera", replicas=(up,), mb_replica=mb_replica)

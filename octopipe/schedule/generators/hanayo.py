@@ -8,7 +8,7 @@ activations per device (1F1B's memory of p whole-device micro-batches).
 from __future__ import annotations
 
 from octopipe.schedule.action import B
-from octopipe.schedule.generators._common import check_shape, priority_rows, require, table
+from octopipe.schedule.generators._common import Pools, check_shape, priority_rows, require, table
 from octopipe.schedule.table import ScheduleTable, v_placement
 
 
@@ -22,5 +22,5 @@ def hanayo(n_devices: int, n_microbatches: int, chunks: int = 2) -> ScheduleTabl
     rows = priority_rows(
         devices_of=lambda a: placement[a.stage], n_devices=p, n_stages=p * v, n_microbatches=m,
         split=False, priority=lambda a: (0 if a.kind is B else 1, a.microbatch, -a.stage),
-        pool_of=lambda a: placement[a.stage], caps={d: p * v for d in range(p)}, name="hanayo")
+        pools=Pools(lambda a: placement[a.stage], {d: p * v for d in range(p)}), name="hanayo")
     return table(rows, placement, m, "hanayo")
