@@ -214,7 +214,7 @@ def plan_model(model: ModelSpec, plan: Plan) -> ModelSpec:
     index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
     out = shard_model(model, plan.shards) if plan.shards else model
     if plan.n_layers != out.n_layers:
-        split = f" split as the plan's shards say into {out.n_layers}" if out is not model else ""
+        pieces = f" split as the plan's shards say into {out.n_layers}" if out is not model else ""
         raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
-                          f"has {model.n_layers}{split}; run the plan on the model it was made for")
+                          f"has {model.n_layers}{pieces}; run the plan on the model it was made for")
     return out

@@ -5,7 +5,7 @@ Layer-level formulation (L layers, D devices, S stages, k = S / D stages per dev
 - y[j, d] binary: layer j on device d, sum_d y[j, d] = 1. A device's stages are its maximal runs
   of layers; it may hold several non-adjacent runs (interleaved, V-shaped or any map), at most
   k of them (runs: y[0, d] + sum_j recv[j, d] <= k) and at least k layers; a device with fewer
-  runs than k splits one at no cost (`split_runs`), so every device holds exactly k stages;
+  runs than k splits one at no cost (`cut_runs`), so every device holds exactly k stages;
 - send[j, d] >= y[j, d] - y[j+1, d], recv[j, d] >= y[j+1, d] - y[j, d] (continuous): device d
   sends / receives over boundary j; on clusters of several nodes also send_node / recv_node >=
   y[j, d] - (layers j+1 on d's node): the inter-node surcharge;
@@ -208,12 +208,12 @@ def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
 
     def solution() -> tuple[Partition, tuple[int, ...]]:
         dev = [int(np.argmax([y[j, d].value() or 0.0 for d in range(D)])) for j in range(L)]
-        return split_runs(dev, k, D)
+        return cut_runs(dev, k, D)
 
     return PlacementModel(load_expr, mem_expr, solution)
 
 
-def split_runs(device_of_layer: Sequence[int], k: int, n_devices: int
+def cut_runs(device_of_layer: Sequence[int], k: int, n_devices: int
                ) -> tuple[Partition, tuple[int, ...]]:
     """The plan of a layer -> device map with every device holding exactly k stages.
 

@@ -52,10 +52,11 @@ class FileCost:
     averaging: Literal["raw", "type"] = setting(
         "raw", "raw: each layer's measured time | type: mean per layer type (the OctoPipe authors' "
                "rule)")
-    split: float = setting(0.5, "I = split x B, W = (1 - split) x B when only the full backward "
-                                "is measured", ge=0, le=1)
+    split: float = setting(0.5, "split backward: I = split x B, W = (1 - split) x B when only "
+                                "the full backward B is measured", ge=0, le=1)
     tick_ms: float | None = setting(None, "round F and B up to this tick in ms; null: exact", gt=0)
-    round_split: bool = setting(False, "round I and W up to the tick each (instead of B)")
+    round_split: bool = setting(False, "round the split backward's I and W up to the tick each "
+                                      "(instead of B)")
 
     @property
     def tp(self) -> int:

@@ -61,8 +61,8 @@ class OctoPipeAuthorsExperiment(ExperimentConfig):
     interleaved_chunks: int = setting(2, "chunks per device of the interleaved baseline", ge=1)
     baselines: tuple[str, ...] = setting(REQUIRED, "baseline schedules")
     tuner: bool = setting(True, "ask octopipe.tune.tune for the OctoPipe plan")
-    split_layers: bool = setting(True, "let the tuner split MLP/MoE/head rows into pieces (each "
-                                       "an even share of the measured row)")
+    shard_layers: bool = setting(True, "let the tuner shard MLP/MoE/head rows (cut into pieces, "
+                                       "each an even share of the measured row)")
     node: NodeSpec = setting(REQUIRED, "the device node of comm=node")
     authors_reference: AuthorsReference = setting(REQUIRED, "the figures to reproduce")
 

@@ -28,11 +28,12 @@ class TunerConfig:
     ilp: bool = setting(True, "start from the joint partition + placement ILP (solvers)")
     polish_s: float = setting(2.0, "seconds of row moves (advance into bubbles) on the best table",
                               ge=0)
-    split_layers: Literal["auto", "force", "off"] = setting(
-        "auto", "split HEAD/MLP/MoE layers into pieces. auto: of no split and pieces capped at 1, "
-                "1/2, 1/4 of split_share, the one with the best bound (fewest pieces within 1%); "
-                "force: every layer heavier than split_share; off: whole layers only")
-    split_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
+    shard_layers: Literal["auto", "force", "off"] = setting(
+        "auto", "shard HEAD/MLP/MoE layers (cut into pieces). auto: of no shards and pieces "
+                "capped at 1, 1/2, 1/4 of shard_share, the one with the best bound (fewest "
+                "pieces within 1%); "
+                "force: every layer heavier than shard_share; off: whole layers only")
+    shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)
 
     def __post_init__(self) -> None:

@@ -42,7 +42,7 @@ from octopipe.errors import ConfigError
 from octopipe.experiments import octopipe_authors_report as report
 from octopipe.experiments.octopipe_authors_gate import gated_makespan
 from octopipe.experiments.octopipe_authors_results import Case, CheckRow, Outcome, Results
-from octopipe.model.shard import SPLIT_DIM
+from octopipe.model.shard import SHARD_DIM
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
 from octopipe.plan import Partition, Plan, uniform_partition
@@ -53,7 +53,7 @@ from octopipe.sim import simulate
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, lower_bound
 from octopipe.tune.candidate import Problem
-from octopipe.tune.split import row_splitter
+from octopipe.tune.sharding import row_sharder
 
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
 
@@ -116,7 +116,7 @@ def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float
     return float(simulate(plan, costs, cluster).makespan)
 
 
-def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
+def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     """Which profile rows may split and the share of each that cannot.
 
     A row may split when one of its label parts is an MLP, MoE or LM head (`octopipe.model.shard`
@@ -131,31 +131,31 @@ def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     ok, fixed = [], []
     for lab in labels:
         parts = label_parts(lab) if lab else ()
-        split = [p for p in parts if kinds.get(p) in {k.value for k in SPLIT_DIM}]
-        if not split or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
+        shardable = [p for p in parts if kinds.get(p) in {k.value for k in SHARD_DIM}]
+        if not shardable or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
             ok.append(False)
             fixed.append(0.0)
             continue
         ok.append(True)
-        fixed.append(sum(means[p] for p in parts if p not in split) / sum(means[p] for p in parts))
+        fixed.append(sum(means[p] for p in parts if p not in shardable) / sum(means[p] for p in parts))
     return ok, fixed
 
 
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: TunerConfig,
-                       solver_cfg: SolverConfig, seed: int, splittable: Sequence[bool] = (),
+                       solver_cfg: SolverConfig, seed: int, shardable: Sequence[bool] = (),
                        fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable]:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
     profile's rows, or them split into pieces).
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
-    n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (rows with an MLP,
-    MoE or head part; pieces were not measured: they share the splittable part of the row
-    evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
+    n_microbatches, ...)`. `shardable[i]`: row i may be divided into pieces (rows with an MLP,
+    MoE or head part; pieces were not measured: they share the shardable part of the row
+    evenly, and the first keeps the `fixed[i]` share that cannot split, see `shard_shares`).
     """
-    splittable = list(splittable) or [False] * costs.n_layers
+    shardable = list(shardable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, TuneOptions(
         tuner_cfg, solver_cfg, seed=seed, model=case.profile,
-        splitter=row_splitter(costs, splittable, fixed)))
+        sharder=row_sharder(costs, shardable, fixed)))
     return result.plan, float(result.tuner_seconds), result.costs
 
 
@@ -235,7 +235,7 @@ def authors_check(ref: AuthorsReference, cost_opts: ProfileOptions,
     cluster = comm_free(node_cluster(_CHECK_NODE, p))
     kinds = tuple(k.name for k in cluster.kinds)
     costs = profile_cost_table(prof, cost_opts, kinds)
-    split_costs = profile_cost_table(
+    split_backward_costs = profile_cost_table(
         prof, ProfileOptions(cost_opts.averaging, cost_opts.split, cost_opts.tick_ms, True), kinds)
     n = costs.n_layers
     v = n // p
@@ -258,7 +258,7 @@ def authors_check(ref: AuthorsReference, cost_opts: ProfileOptions,
                          "the same table replayed with the authors' simulator's gate "
                          "(octopipe.experiments.octopipe_authors_gate)"))
     zb = Plan(uniform_partition(n, p), table_of("zbh1", p, m, 1))
-    rows.append(CheckRow("zbh1", simulate(zb, split_costs, cluster) * 1e3, float(ref.zbh_ms),
+    rows.append(CheckRow("zbh1", simulate(zb, split_backward_costs, cluster) * 1e3, float(ref.zbh_ms),
                          "uniform stages, I and W each rounded up to the tick (one tick short, as "
                          "s1f1b)"))
     return rows
@@ -292,10 +292,10 @@ def run_cases(exp: OctoPipeAuthorsExperiment, cost_opts: ProfileOptions, tuner_c
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
             res.outcomes.append(evaluate_case(case, name, plan, costs, cluster))
         if res.tuner:
-            splittable, fixed = (split_shares(load_preset(case.profile), costs)
-                                 if exp.split_layers else ([], None))
+            shardable, fixed = (shard_shares(load_preset(case.profile), costs)
+                                 if exp.shard_layers else ([], None))
             plan, seconds, plan_costs = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg,
-                                                           seed, splittable, fixed)
+                                                           seed, shardable, fixed)
             key = (case.profile, case.devices, case.microbatches)
             if key not in bounds:
                 bounds[key] = device_bound_s(costs, cluster, case)

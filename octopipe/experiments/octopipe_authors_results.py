@@ -65,7 +65,7 @@ class Outcome:
             "device_bound_ms": None if self.device_bound_s is None else self.device_bound_s * 1e3,
             "efficiency_vs_device_bound": (None if self.device_bound_s is None
                                            else self.device_bound_s / self.makespan_s),
-            "split_rows": {str(k): v for k, v in self.shards.items()},
+            "shard_rows": {str(k): v for k, v in self.shards.items()},
         }
 
 

@@ -29,17 +29,17 @@ from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.spec import ModelSpec
 
-SPLIT_DIM: dict[LayerKind, str] = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn",
+SHARD_DIM: dict[LayerKind, str] = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn",
                                    LayerKind.MOE: "experts"}
 
 
 def shardable(x: LayerSpec) -> bool:
-    return x.kind in SPLIT_DIM and x.shards == 1
+    return x.kind in SHARD_DIM and x.shards == 1
 
 
 def shard_span(x: LayerSpec) -> tuple[int, int]:
     """[lo, hi) of the split dimension that piece `x.shard` of `x.shards` holds."""
-    n = getattr(x, SPLIT_DIM[x.kind]) if x.kind in SPLIT_DIM else 1
+    n = getattr(x, SHARD_DIM[x.kind]) if x.kind in SHARD_DIM else 1
     return n * x.shard // x.shards, n * (x.shard + 1) // x.shards
 
 
@@ -62,16 +62,16 @@ def carry_width(x: LayerSpec) -> int:
     raise ValueError(f"{x.kind.value} layers do not split")
 
 
-def split_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
+def shard_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
     """`x` as `k` consecutive pieces (k = 1 returns it unchanged)."""
     if k == 1:
         return (x,)
     if not shardable(x):
-        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split; splittable kinds: "
-                          f"{', '.join(k.value for k in SPLIT_DIM)}")
-    n = getattr(x, SPLIT_DIM[x.kind])
+        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split; shardable kinds: "
+                          f"{', '.join(k.value for k in SHARD_DIM)}")
+    n = getattr(x, SHARD_DIM[x.kind])
     if not 1 <= k <= n:
-        raise ConfigError(f"layer {x.label}: {k} pieces; its {SPLIT_DIM[x.kind]}={n} allows 1 to {n}")
+        raise ConfigError(f"layer {x.label}: {k} pieces; its {SHARD_DIM[x.kind]}={n} allows 1 to {n}")
     return tuple(replace(x, name=f"{x.label}[{j}/{k}]", shard=j, shards=k) for j in range(k))
 
 
@@ -82,7 +82,7 @@ def shard_model(model: ModelSpec, counts: Mapping[int, int]) -> ModelSpec:
             raise ConfigError(f"shards: layer {i} does not exist (the model has {model.n_layers} layers)")
     layers: list[LayerSpec] = []
     for i, x in enumerate(model.layers):
-        layers.extend(split_layer(x, int(counts.get(i, 1))))
+        layers.extend(shard_layer(x, int(counts.get(i, 1))))
     return replace(model, layers=tuple(layers))
 
 
@@ -91,11 +91,11 @@ def shard_map(n_layers: int, counts: Mapping[int, int]) -> np.ndarray:
     return np.repeat(np.arange(n_layers), [int(counts.get(i, 1)) for i in range(n_layers)])
 
 
-def choose_counts(work: Sequence[float], splittable: Sequence[bool], n_devices: int,
+def choose_counts(work: Sequence[float], may_shard: Sequence[bool], n_devices: int,
                   max_share: float = 0.5, max_pieces: Sequence[int] | None = None) -> dict[int, int]:
-    """Pieces per layer so that no splittable layer exceeds `max_share` of a device's even share.
+    """Pieces per layer so that no shardable layer exceeds `max_share` of a device's even share.
 
-    `work[i]`: layer i's F+I+W time; `splittable[i]`: whether it may split; `max_pieces[i]`: the
+    `work[i]`: layer i's F+I+W time; `may_shard[i]`: whether it may split; `max_pieces[i]`: the
     size of its split dimension. Returns only the layers that split (empty: nothing to gain).
     """
     w = np.asarray(work, dtype=float)
@@ -103,7 +103,7 @@ def choose_counts(work: Sequence[float], splittable: Sequence[bool], n_devices: 
         raise ConfigError(f"choose_counts: n_devices={n_devices}, max_share={max_share}: both must be positive")
     cap = max_share * w.sum() / n_devices
     out: dict[int, int] = {}
-    for i, (wi, ok) in enumerate(zip(w, splittable)):
+    for i, (wi, ok) in enumerate(zip(w, may_shard)):
         if ok and cap > 0 and wi > cap:
             k = math.ceil(wi / cap)
             if max_pieces is not None:

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import SPLIT_DIM
+from octopipe.model.shard import SHARD_DIM
 from octopipe.model.spec import ModelSpec
 
 ACTIVATIONS = ("swiglu", "gelu", "relu2")
@@ -65,11 +65,11 @@ def validate_layer(x: LayerSpec, where: str = "layer") -> LayerSpec:
     if x.shards < 1 or x.shard >= x.shards:
         _fail(where, "shard", x.shard, f"must be in [0, shards={x.shards}) with shards >= 1")
     if x.shards > 1:
-        if k not in SPLIT_DIM:
-            _fail(where, "shards", x.shards, f"{k.value} layers do not split; splittable: "
-                  f"{', '.join(d.value for d in SPLIT_DIM)}")
-        if x.shards > getattr(x, SPLIT_DIM[k]):
-            _fail(where, "shards", x.shards, f"exceeds {SPLIT_DIM[k]}={getattr(x, SPLIT_DIM[k])}")
+        if k not in SHARD_DIM:
+            _fail(where, "shards", x.shards, f"{k.value} layers do not split; shardable: "
+                  f"{', '.join(d.value for d in SHARD_DIM)}")
+        if x.shards > getattr(x, SHARD_DIM[k]):
+            _fail(where, "shards", x.shards, f"exceeds {SHARD_DIM[k]}={getattr(x, SHARD_DIM[k])}")
     if k is LayerKind.MAMBA2 and x.ssm_heads % x.ssm_groups:
         _fail(where, "ssm_groups", x.ssm_groups, f"must divide ssm_heads={x.ssm_heads}")
     return x

@@ -81,7 +81,7 @@ from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import json_artifact, plan_artifacts
-from octopipe.modes.inputs import Inputs, splitter_for
+from octopipe.modes.inputs import Inputs, sharder_for
 from octopipe.modes.result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
@@ -91,7 +91,7 @@ from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.schedule.plan_io import load_plan
-from octopipe.tune.split import LayerSplitter, model_splitter
+from octopipe.tune.sharding import LayerSharder, model_sharder
 from octopipe.tune.tuner import TuneOptions, tune
 
 FALLBACK_MODEL = "tiny_hybrid"
@@ -152,12 +152,12 @@ def n_ranks(inputs: Inputs) -> int:
     return inputs.config.pp if inputs.config.pp is not None else inputs.cluster.n_devices
 
 
-def _splitter(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> LayerSplitter | None:
+def _sharder(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> LayerSharder | None:
     """How the tuner may split heavy layers: real compute measures each piece (`cost=profiled`);
     emulated compute splits as the planner does for the configured costs."""
     if inputs.config.runtime.compute == "real":
-        return model_splitter(model, lambda m: _cost_table(inputs.config, m, cluster))
-    return splitter_for(inputs.config.cost, model, cluster, costs)
+        return model_sharder(model, lambda m: _cost_table(inputs.config, m, cluster))
+    return sharder_for(inputs.config.cost, model, cluster, costs)
 
 
 def _with_schedule(cfg: Config, name: str | None) -> Config:
@@ -176,7 +176,7 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
         if sub.schedule.name == "octopipe" and not path:
             res = tune(costs, cluster, n_ranks(inputs), cfg.microbatches, TuneOptions(
                 cfg.tuner, cfg.solver, seed=cfg.seed, model=model.name,
-                splitter=_splitter(inputs, model, costs, cluster)))
+                sharder=_sharder(inputs, model, costs, cluster)))
             plan = res.plan
             plans.append(Plan(plan.partition, replace(plan.table, name="octopipe"), model.name,
                               cluster.name, plan.meta, plan.shards))
@@ -304,7 +304,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     summary = {
         "model": model.name, "compute": config.compute, "dispatch": config.dispatch, **links,
-        "split_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
+        "shard_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
         "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
         "measured_iteration_s": first.measured_iteration_s,
         "simulated_iteration_s": first.simulated_iteration_s,

@@ -1,5 +1,5 @@
 """What a mode works on, built once by the dispatcher: the typed config and, on first use, the
-model, the cluster, the costs and the layer splitter (a mode that needs none builds none)."""
+model, the cluster, the costs and the layer sharder (a mode that needs none builds none)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,29 +15,29 @@ from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
-from octopipe.model.shard import SPLIT_DIM
+from octopipe.model.shard import SHARD_DIM
 from octopipe.model.spec import ModelSpec
-from octopipe.tune.split import LayerSplitter, model_splitter, row_splitter
+from octopipe.tune.sharding import LayerSharder, model_sharder, row_sharder
 
 
 def _quiet(_: str) -> None:
     """The default progress hook: report nothing."""
 
 
-def splitter_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
-                 costs: CostTable) -> LayerSplitter | None:
-    """How the planner may split heavy layers (`octopipe.tune.split`) for these costs.
+def sharder_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
+                costs: CostTable) -> LayerSharder | None:
+    """How the planner may split heavy layers (`octopipe.tune.sharding`) for these costs.
 
     Analytic costs price each piece from its shapes; measured costs (a profile file, or the
     profiler's per-layer times) are divided evenly across pieces, an assumption the plan records.
     None where the costs do not match the model layer for layer."""
     if cost.source == "analytic" and costs.n_layers == model.n_layers:
-        return model_splitter(model, lambda m: cost_table(cost, m, cluster))
+        return model_sharder(model, lambda m: cost_table(cost, m, cluster))
     if costs.n_layers != model.n_layers and isinstance(cost, FileCost):
         model = model_for_file_cost(cost, model)
     if costs.n_layers != model.n_layers:
         return None
-    return row_splitter(costs, [x.kind in SPLIT_DIM for x in model.layers])
+    return row_sharder(costs, [x.kind in SHARD_DIM for x in model.layers])
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,15 @@ class Inputs:
         return model
 
     @cached_property
-    def splitter(self) -> LayerSplitter | None:
+    def sharder(self) -> LayerSharder | None:
         """How heavy layers may split into pieces for these costs (None: they may not)."""
-        return splitter_for(self.config.cost, self.model, self.cluster, self.costs)
+        return sharder_for(self.config.cost, self.model, self.cluster, self.costs)
 
     def piece_costs(self, shards: Mapping[int, int]) -> CostTable:
         """The costs of the split model whose layer j runs as `shards[j]` pieces ({}: `costs`)."""
         if not shards:
             return self.costs
-        if self.splitter is None:
+        if self.sharder is None:
             raise ConfigError("schedule.file: the plan splits layers but these costs do not match "
                               "the model layer for layer; use the plan's model and cost source")
-        return self.splitter.costs_for(shards)
+        return self.sharder.costs_for(shards)

@@ -17,6 +17,8 @@ The rows in the JSON are authoritative; the CSV is written for torch and for peo
 `load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]``
 (a mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.shards` (original layer index -> pieces) is
 stored in ``meta.shards``, where version 1 files have always kept it, so files read both ways.
+Its provenance, ``meta.shard_names`` and ``meta.shard_costs``, was written ``split_names`` and
+``split_costs`` before: `plan_from_doc` reads both and a saved plan carries the new names.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ from octopipe.schedule.validate import validate
 FORMAT = "octopipe.plan"
 FORMAT_VERSION = 1
 _REQUIRED = ("format", "version", "partition", "n_microbatches", "placement", "schedule")
+# meta keys of plans written before the layer pieces were called shards -> their names now
+OLD_META_KEYS = {"split_names": "shard_names", "split_costs": "shard_costs"}
 
 
 def _jsonable(value: Any, where: str) -> Any:
@@ -164,6 +168,9 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
     if "action_costs" in doc:
         meta["action_costs"] = dict(doc["action_costs"])
     shards = meta.pop("shards", None) or {}
+    for old, new in OLD_META_KEYS.items():
+        if old in meta:
+            meta.setdefault(new, meta.pop(old))
     try:
         parts = tuple((int(lo), int(hi)) for lo, hi in partition)
     except (TypeError, ValueError):

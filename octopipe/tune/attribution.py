@@ -111,7 +111,7 @@ def attribute(n_devices: int, device: np.ndarray, start: np.ndarray, end: np.nda
 def from_list_result(problem: Problem, cand: Candidate, result: ListResult) -> Attribution:
     """Attribution of a list-scheduler estimate (see `Problem.estimate`)."""
     arr = problem.arrays(cand)
-    kinds = 3 if cand.split else 2
+    kinds = 3 if cand.split_backward else 2
     st = result.start[:, :kinds, :]
     dur = arr.dur[:, :kinds, None]
     en = st + dur

@@ -83,5 +83,5 @@ def run_baselines(problem: Problem, model: str = "") -> list[Evaluated]:
 def as_candidate(ev: Evaluated) -> Candidate:
     """A baseline's partition and placement as a tuner starting point."""
     plan = ev.plan
-    split = plan.table.splits_backward
-    return Candidate(plan.partition, plan.table.placement, split, 1.0, origin=ev.name)
+    split_backward = plan.table.splits_backward
+    return Candidate(plan.partition, plan.table.placement, split_backward, 1.0, origin=ev.name)

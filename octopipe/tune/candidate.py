@@ -32,7 +32,7 @@ class Candidate:
 
     partition: Partition               # layer sizes given as a sequence of ints become one
     placement: tuple[int, ...]
-    split: bool = True
+    split_backward: bool = True
     inflight: float = 1.0              # limit[s] = max(1, round(inflight * (S - s) / chunks))
     kind_rank: tuple[int, int, int] = (1, 0, 2)
     f_tiebreak: int = 0                # 0: lowest micro-batch first; 1: deepest stage first
@@ -66,7 +66,7 @@ class Candidate:
 
     def list_policy(self, n_devices: int) -> ListPolicy:
         """The candidate's policy as the list scheduler takes it."""
-        return ListPolicy(self.split, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
+        return ListPolicy(self.split_backward, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
                           self.b_tiebreak, self.w_pressure)
 
     def with_(self, **kw) -> "Candidate":
@@ -74,7 +74,7 @@ class Candidate:
 
     def describe(self) -> str:
         chunks = self.n_stages / max(1, len(set(self.placement)))
-        pol = "zero-bubble split backward" if self.split else "full backward"
+        pol = "zero-bubble split backward" if self.split_backward else "full backward"
         lim = "memory-bound" if math.isinf(self.inflight) else f"in-flight x{self.inflight:g}"
         return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
 
@@ -132,14 +132,15 @@ class Problem:
         st = self.stages(cand)
         dev = st.placement.astype(np.int32)
         f, i, w = st.f, st.i, st.w
-        dur = np.stack([f, i, w], axis=1) if cand.split else np.stack([f, i + w, np.zeros_like(f)], axis=1)
+        dur = (np.stack([f, i, w], axis=1) if cand.split_backward
+               else np.stack([f, i + w, np.zeros_like(f)], axis=1))
         act = st.act_bytes
         static = st.per_device(st.static_bytes, self.n_devices)
         t = st.boundary_transfers(self.cluster)
         comm_f = np.concatenate([t, [0.0]])
         comm_b = np.concatenate([[0.0], t])
         cap = self.memory_bytes - static
-        free_i = act - st.w_act_bytes if cand.split else act
+        free_i = act - st.w_act_bytes if cand.split_backward else act
         return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
 
     def device_load(self, cand: Candidate) -> np.ndarray:

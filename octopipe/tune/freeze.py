@@ -20,7 +20,7 @@ def to_table(cand: Candidate, result: ListResult, n_devices: int, n_microbatches
         raise InfeasibleError(f"candidate ({cand.describe()}) does not complete: its in-flight "
                               "limits or memory capacity leave every device waiting")
     M = n_microbatches
-    kinds = (F, I, W) if cand.split else (F, B, W)
+    kinds = (F, I, W) if cand.split_backward else (F, B, W)
     rows: list[list[Action]] = [[] for _ in range(n_devices)]
     for aid in result.order.tolist():
         m = aid % M
@@ -36,7 +36,7 @@ def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
     result = result if result is not None else problem.estimate(cand)
     table = to_table(cand, result, problem.n_devices, problem.n_microbatches)
     meta = dict(meta or {})
-    meta.setdefault("policy", {"split_backward": cand.split, "inflight": _num(cand.inflight),
+    meta.setdefault("policy", {"split_backward": cand.split_backward, "inflight": _num(cand.inflight),
                                "kind_rank": list(cand.kind_rank), "f_tiebreak": cand.f_tiebreak,
                                "b_tiebreak": cand.b_tiebreak, "w_pressure": cand.w_pressure})
     return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=meta,

@@ -1,7 +1,7 @@
 /* OctoPipe's fast ranking estimator: a non-preemptive list scheduler over one pipeline.
  *
  * Actions are (stage s, kind k, micro-batch m) with k = 0 forward, 1 input gradient (or the
- * full backward when split == 0), 2 weight gradient; id = (s * 3 + k) * M + m. Each (stage,
+ * full backward when split_backward == 0), 2 weight gradient; id = (s * 3 + k) * M + m. Each (stage,
  * kind) queue runs its micro-batches in increasing order. Data edges: F(s,m) after F(s-1,m)
  * plus a transfer delay; I(s,m) after F(s,m) and I(s+1,m) plus a delay; W(s,m) after I(s,m).
  * Transfers are pure delays (no link contention): this is the cheap model the tuner ranks
@@ -72,7 +72,7 @@ static int key_less(const long a[3], const long b[3]) {
     return 0;
 }
 
-static void best_of_device(int d, int S, int M, int split, const int *dstage, int ndst,
+static void best_of_device(int d, int S, int M, int split_backward, const int *dstage, int ndst,
                            const int *nxt, const double *end, const double *free_t,
                            const double *dur, const double *comm_f, const double *comm_b,
                            const double *act, const double *mem, const double *cap,
@@ -81,7 +81,7 @@ static void best_of_device(int d, int S, int M, int split, const int *dstage, in
     double best_est = INFINITY;
     long best_key[3] = {0, 0, 0};
     int best_id = -1;
-    int nk = split ? 3 : 2;
+    int nk = split_backward ? 3 : 2;
     int pressured = cap[d] >= 0 && mem[d] > w_pressure * cap[d];
     (void)dur;
     for (int j = 0; j < ndst; j++) {
@@ -114,12 +114,12 @@ static void best_of_device(int d, int S, int M, int split, const int *dstage, in
     out->id = best_id;
 }
 
-int octo_list_schedule(int S, int M, int D, int split, const int *dev, const double *dur,
+int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, const double *dur,
                        const double *comm_f, const double *comm_b, const double *act,
                        const double *free_i, const double *cap, const int *limit,
                        const int *kind_rank, int f_tiebreak, int b_tiebreak, double w_pressure,
                        double *start, int *order, double *peak, double *out_makespan) {
-    int total = S * M * (split ? 3 : 2);
+    int total = S * M * (split_backward ? 3 : 2);
     int n = S * 3 * M;
     double *end = (double *)malloc(sizeof(double) * n);
     double *free_t = (double *)calloc(D, sizeof(double));
@@ -147,7 +147,7 @@ int octo_list_schedule(int S, int M, int D, int split, const int *dev, const dou
         int bd = -1;
         for (int d = 0; d < D; d++) {
             if (dirty[d]) {
-                best_of_device(d, S, M, split, dstage + dstart[d], dstart[d + 1] - dstart[d], nxt,
+                best_of_device(d, S, M, split_backward, dstage + dstart[d], dstart[d + 1] - dstart[d], nxt,
                                end, free_t, dur, comm_f, comm_b, act, mem, cap, inflight, limit,
                                kind_rank, f_tiebreak, b_tiebreak, w_pressure, &cache[d]);
                 dirty[d] = 0;
@@ -172,7 +172,7 @@ int octo_list_schedule(int S, int M, int D, int split, const int *dev, const dou
             if (mem[bd] > peak[bd]) peak[bd] = mem[bd];
         } else if (k == 1) {
             inflight[s]--;
-            mem[bd] -= split ? free_i[s] : act[s];
+            mem[bd] -= split_backward ? free_i[s] : act[s];
         } else {
             mem[bd] -= act[s] - free_i[s];
         }

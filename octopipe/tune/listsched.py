@@ -44,13 +44,13 @@ class StageArrays:
 class ListPolicy:
     """How the list scheduler picks the next action (see listsched.c).
 
-    split: I and W as separate actions (else one B); limits[s] caps the micro-batches in flight
+    split_backward: I and W as separate actions (else one B); limits[s] caps the micro-batches in flight
     on stage s (0 = no cap); kind_rank orders F, I, W (lower first); f_tiebreak 0: lowest
     micro-batch first, 1: deepest stage first; b_tiebreak 0: deepest stage first, 1: lowest
     micro-batch first; W jumps ahead once a device's activations exceed w_pressure × capacity.
     """
 
-    split: bool
+    split_backward: bool
     limits: np.ndarray
     kind_rank: tuple[int, int, int] = (1, 0, 2)
     f_tiebreak: int = 0
@@ -119,7 +119,7 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     """Schedule every action of `arr` for `n_microbatches` under `policy` (C engine unless
     `use_c` is False or no compiler exists)."""
     S, M, D = arr.n_stages, int(n_microbatches), arr.n_devices
-    split = policy.split
+    split_backward = policy.split_backward
     limits = np.ascontiguousarray(policy.limits, dtype=np.int32)
     lib = _lib() if use_c in (None, True) else None
     if lib is None or use_c is False:
@@ -129,14 +129,14 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     peak = np.zeros(D, dtype=np.float64)
     ms = ctypes.c_double(0.0)
     done = lib.octo_list_schedule(
-        S, M, D, int(split), np.ascontiguousarray(arr.dev, dtype=np.int32),
+        S, M, D, int(split_backward), np.ascontiguousarray(arr.dev, dtype=np.int32),
         np.ascontiguousarray(arr.dur, dtype=np.float64).reshape(-1),
         np.ascontiguousarray(arr.comm_f, dtype=np.float64), np.ascontiguousarray(arr.comm_b, dtype=np.float64),
         np.ascontiguousarray(arr.act, dtype=np.float64), np.ascontiguousarray(arr.free_i, dtype=np.float64),
         np.ascontiguousarray(arr.cap, dtype=np.float64), limits,
         np.ascontiguousarray(policy.kind_rank, dtype=np.int32), int(policy.f_tiebreak),
         int(policy.b_tiebreak), float(policy.w_pressure), start, order, peak, ctypes.byref(ms))
-    total = S * M * (3 if split else 2)
+    total = S * M * (3 if split_backward else 2)
     return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
                       order[:done].copy(), peak, done == total)
 
@@ -144,7 +144,7 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
 def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:
     """The C engine's algorithm in Python (fallback and test oracle); `limits` as int32."""
     S, D = arr.n_stages, arr.n_devices
-    split, kind_rank, w_pressure = policy.split, policy.kind_rank, policy.w_pressure
+    split_backward, kind_rank, w_pressure = policy.split_backward, policy.kind_rank, policy.w_pressure
     f_tiebreak, b_tiebreak = policy.f_tiebreak, policy.b_tiebreak
     dev = [int(d) for d in arr.dev]
     dur = arr.dur.tolist()
@@ -159,7 +159,7 @@ def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.n
     mem = [0.0] * D
     peak = np.zeros(D)
     dstages = [[s for s in range(S) if dev[s] == d] for d in range(D)]
-    kinds = 3 if split else 2
+    kinds = 3 if split_backward else 2
     total = S * M * kinds
     order: list[int] = []
     makespan = 0.0
@@ -235,7 +235,7 @@ def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.n
             peak[bd] = max(peak[bd], mem[bd])
         elif k == 1:
             inflight[s] -= 1
-            mem[bd] -= free_i[s] if split else act[s]
+            mem[bd] -= free_i[s] if split_backward else act[s]
         else:
             mem[bd] -= act[s] - free_i[s]
     complete = len(order) == total

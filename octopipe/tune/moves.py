@@ -1,10 +1,10 @@
 """Moves on the three levers, aimed at the largest bubble cause.
 
-Partition: shift one layer across a stage boundary; split a stage or merge two.
+Partition: shift one layer across a stage boundary; cut a stage in two or merge two.
 Placement: move a stage to another device; swap two stages' devices.
 Schedule: split backward on/off (1F1B-like vs zero-bubble), in-flight limit up/down or
 memory-bound, priority order of F/I/W, tie-breaks, W deferral threshold; the stage count per
-device (1 = 1F1B-like, more = interleaved or V-shaped) changes through split/merge.
+device (1 = 1F1B-like, more = interleaved or V-shaped) changes through cut/merge.
 
 Each generator returns `(candidate, benefit)` pairs; the benefit is the OctoPipe authors' tuner's bubble
 pressure heuristic (move compute towards devices that idle most and carry least), used to rank
@@ -106,8 +106,8 @@ def swap_stages(c: Candidate, problem: Problem, pr: np.ndarray, focus: set[int] 
     return out
 
 
-def split_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
-    """Split a stage in two (the new half on the idlest allowed device) or merge neighbours."""
+def cut_or_merge(c: Candidate, problem: Problem, pr: np.ndarray) -> list[Move]:
+    """Cut a stage in two (the new half on the idlest allowed device) or merge neighbours."""
     D = problem.n_devices
     work = _layer_work(problem)
     pl, sizes = list(c.placement), list(c.sizes)
@@ -157,7 +157,7 @@ def rebalance(c: Candidate, problem: Problem) -> list[Move]:
 
 def policy_moves(c: Candidate) -> list[Move]:
     """Schedule-family and policy changes for the same partition and placement."""
-    out: list[Candidate] = [c.with_(split=not c.split)]
+    out: list[Candidate] = [c.with_(split_backward=not c.split_backward)]
     try:
         k = INFLIGHT_STEPS.index(c.inflight)
         for j in (k - 1, k + 1):
@@ -182,7 +182,7 @@ def neighbours(c: Candidate, problem: Problem, attr: Attribution) -> list[tuple[
     place = ([(x, b, "rebalance") for x, b in rebalance(c, problem)]
              + [(x, b, "move stage") for x, b in move_stage(c, problem, pr)]
              + [(x, b, "swap stages") for x, b in swap_stages(c, problem, pr, {busiest, idlest})])
-    shape = [(x, b, "split/merge") for x, b in split_merge(c, problem, pr)]
+    shape = [(x, b, "cut/merge") for x, b in cut_or_merge(c, problem, pr)]
     sched = [(x, b, "policy") for x, b in policy_moves(c)]
     if cause == "imbalance":
         groups = [place, part, shape, sched]

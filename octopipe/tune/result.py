@@ -26,7 +26,7 @@ class TuneResult:
     search_stats: dict = field(default_factory=dict)
     ilp: dict = field(default_factory=dict)
     costs: CostTable | None = None        # the costs the plan's layers index (split model if split)
-    split_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
+    shard_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
 
     @property
     def makespan_s(self) -> float:
@@ -51,10 +51,10 @@ class TuneResult:
                     if self.baselines else "no baselines were run")
         return f"{self.speedup_vs(best):.2f}× faster than the best baseline ({best.name})"
 
-    def split_text(self) -> str:
+    def shard_text(self) -> str:
         """'head (layer 53) in 2 pieces, ...' for a plan that splits layers, else ''."""
         meta = self.plan.meta
-        shards, names = self.plan.shards, meta.get("split_names", {})
+        shards, names = self.plan.shards, meta.get("shard_names", {})
         if not shards:
             return ""
         parts = [f"{names.get(k, names.get(str(k), 'layer'))} (layer {k}) in {v}"
@@ -62,7 +62,7 @@ class TuneResult:
         total = sum(int(v) for v in shards.values())
         if len(parts) > 4:
             parts = parts[:3] + [f"{len(parts) - 3} more layers"]
-        how = ("pieces priced from their shapes" if meta.get("split_costs") == "model"
+        how = ("pieces priced from their shapes" if meta.get("shard_costs") == "model"
                else "each piece costed as an even share of its measured layer")
         return f"{', '.join(parts)} ({len(shards)} layers into {total} pieces; {how})"
 
@@ -92,7 +92,7 @@ class TuneResult:
             "partition_sizes": [hi - lo for lo, hi in self.plan.partition],
             "placement": list(self.plan.placement),
             "plan_origin": self.plan.meta.get("origin", ""),
-            "split_layers": {str(k): v for k, v in self.plan.shards.items()},
+            "shard_layers": {str(k): v for k, v in self.plan.shards.items()},
             "bubble_causes_s": self.attribution.totals(),
             "checks": self.evaluated.checks,
             "search": self.search_stats,

@@ -81,9 +81,9 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
             if fam.startswith(("loop", "v")):
                 fams.append((fam + "+", refine_balance(sw, pl, D)))
         for fam, pl in fams:
-            for split in (True, False):
+            for split_backward in (True, False):
                 for infl in (1.0, 2.0, math.inf):
-                    out.append(Candidate(part, pl, split, infl, origin=fam))
+                    out.append(Candidate(part, pl, split_backward, infl, origin=fam))
     return out
 
 

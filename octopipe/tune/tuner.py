@@ -3,7 +3,7 @@ over one `TuneState`, each with its own budget (`Budgets`):
 
 1. baselines: the named schedules (uniform and DP-balanced partitions) through the simulator
    (a fixed list);
-2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.split`),
+2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.sharding`),
    the feasible baselines, the caller's starts and the ILP's partition + placement (`solvers`,
    within a tenth of the time budget);
 3. search: iterated local search on partition, placement and schedule policy, ranked by the
@@ -38,7 +38,7 @@ from octopipe.tune.freeze import to_plan
 from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.result import TuneResult
 from octopipe.tune.search import SearchConfig, SearchOutcome, search
-from octopipe.tune.split import LayerSplitter, map_sizes, packed_max
+from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
 from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
 from solvers.placement_ilp import solve_partition_placement
@@ -85,7 +85,7 @@ class TuneState:
     baselines: list[Evaluated] = field(default_factory=list)
     problem: Problem | None = None     # the model the search runs on (`whole`, or layers split)
     counts: dict[int, int] = field(default_factory=dict)   # original layer -> pieces in `problem`
-    split_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
+    shard_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
     starts: list[Candidate] = field(default_factory=list)
     ilp: dict = field(default_factory=dict)
     outcome: SearchOutcome | None = None
@@ -111,7 +111,7 @@ class TuneOptions:
     (eager, rendezvous, batched) used by the simulator and the SMT check; seed: the search's
     random choices; model: the name plans carry; baselines: run the named schedules (and let
     them compete as plans); starts: the caller's own starting candidates; progress: show a
-    terminal bar while searching; splitter: how heavy layers may split (`octopipe.tune.split`).
+    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`).
     """
 
     tuner: TunerConfig | Mapping[str, Any] | None = None
@@ -122,7 +122,7 @@ class TuneOptions:
     baselines: bool = True
     starts: Sequence[Candidate] = ()
     progress: bool = False
-    splitter: LayerSplitter | None = None
+    sharder: LayerSharder | None = None
 
     def __post_init__(self) -> None:
         """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
@@ -137,7 +137,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
          options: TuneOptions = TuneOptions()) -> TuneResult:
     """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
 
-    With `options.splitter`, the search runs on the split model, the baselines on the model as
+    With `options.sharder`, the search runs on the split model, the baselines on the model as
     given, and a split plan records its pieces in `plan.shards` (original layer index -> pieces).
     Raises InfeasibleError when no plan fits memory.
     """
@@ -146,7 +146,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
-    st.problem, st.counts, st.split_meta = layers_to_search(st, o.splitter)  # 2. starting points:
+    st.problem, st.counts, st.shard_meta = layers_to_search(st, o.sharder)  # 2. starting points:
     st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    the ILP within ilp_s
     st.search_budget_s = st.budgets.search_s(st.elapsed())               # 3. search: what is left
     st.outcome = run_search(st, o.seed, o.progress)
@@ -159,19 +159,19 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
 # The stages, in the order `tune` runs them
 
 
-def layers_to_search(st: TuneState, splitter: LayerSplitter | None
+def layers_to_search(st: TuneState, sharder: LayerSharder | None
                      ) -> tuple[Problem, dict[int, int], dict]:
-    """Starting points (1/2): the model the search runs on, its split (original layer ->
-    pieces) and the split's provenance for the plans' meta."""
+    """Starting points (1/2): the model the search runs on, its shards (original layer ->
+    pieces) and their provenance for the plans' meta."""
     cfg, whole = st.cfg, st.whole
     problem, counts = whole, {}
-    if splitter is not None and cfg.split_layers == "auto":
-        problem, counts = _choose_split(whole, splitter, cfg.split_share)
-    elif splitter is not None and cfg.split_layers == "force":
-        counts = splitter.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.split_share)
-        problem = _split_problem(whole, splitter, counts)
-    meta = {"split_names": {int(k): whole.costs.layer_names[k] for k in counts},
-            "split_costs": splitter.source} if counts else {}
+    if sharder is not None and cfg.shard_layers == "auto":
+        problem, counts = _choose_shards(whole, sharder, cfg.shard_share)
+    elif sharder is not None and cfg.shard_layers == "force":
+        counts = sharder.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.shard_share)
+        problem = _shard_problem(whole, sharder, counts)
+    meta = {"shard_names": {int(k): whole.costs.layer_names[k] for k in counts},
+            "shard_costs": sharder.source} if counts else {}
     return problem, {int(k): int(v) for k, v in counts.items()}, meta
 
 
@@ -179,8 +179,8 @@ def starting_points(st: TuneState, starts: Sequence[Candidate], solver_cfg: Solv
                     ) -> tuple[list[Candidate], dict]:
     """Starting points (2/2): the ILP's candidates (within `Budgets.ilp_s`), then the feasible
     baselines and the caller's starts, all over the layers the search runs on."""
-    cands = [_on_split(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
-    cands += [_on_split(c, st.counts) for c in starts]
+    cands = [_on_shards(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
+    cands += [_on_shards(c, st.counts) for c in starts]
     ilp_info: dict = {}
     if st.cfg.ilp:
         try:
@@ -211,7 +211,7 @@ def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
             break
         plan = to_plan(problem, cand, model=st.model, shards=st.counts,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
-                             "candidate": cand.describe(), **st.split_meta})
+                             "candidate": cand.describe(), **st.shard_meta})
         key = (plan.partition, plan.table.rows)
         if key in seen_tables:
             continue
@@ -302,8 +302,8 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
                    "schedule": sched}
             if res.partition:
                 part = Partition.of(res.partition)
-                cands += [Candidate(part, tuple(res.placement), split, infl, origin=f"ILP {label}")
-                          for split in (True, False) for infl in (1.0, 2.0, math.inf)]
+                cands += [Candidate(part, tuple(res.placement), split_backward, infl, origin=f"ILP {label}")
+                          for split_backward in (True, False) for infl in (1.0, 2.0, math.inf)]
         if label == "loop":
             info = run
         else:
@@ -311,17 +311,17 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
     return cands, info
 
 
-def _split_problem(whole: Problem, splitter: LayerSplitter, counts: dict) -> Problem:
+def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Problem:
     """`whole` with its layers split by `counts` (itself when nothing splits)."""
     if not counts:
         return whole
-    return Problem.build(splitter.costs_for(counts), whole.cluster, whole.n_devices,
+    return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
                          whole.n_microbatches, whole.semantics)
 
 
-def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
+def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
                   gain: float = 0.01) -> tuple[Problem, dict]:
-    """The split worth searching: of `splitter.options`, the fewest pieces whose bound is within
+    """The split worth searching: of `sharder.options`, the fewest pieces whose bound is within
     `gain` of the lowest. A split's bound is the larger of its layer bound (the heaviest piece
     with the fill before it and the drain after it) and its pieces packed onto the devices (LPT),
     so both kinds of gap count: an LM head heavier than a device's share, and 26 equal MoE
@@ -329,8 +329,8 @@ def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
     D, M = whole.n_devices, whole.n_microbatches
     work = whole.layer_work().min(axis=1)
     scored = []
-    for counts in splitter.options(work, D, max_share):
-        pb = _split_problem(whole, splitter, counts)
+    for counts in sharder.options(work, D, max_share):
+        pb = _shard_problem(whole, sharder, counts)
         bound = max(layer_bound(pb), M * packed_max(pb.layer_work().min(axis=1), D))
         scored.append((bound, sum(counts.values()), pb, counts))
     best = min(b for b, _, _, _ in scored)
@@ -338,7 +338,7 @@ def _choose_split(whole: Problem, splitter: LayerSplitter, max_share: float,
     return pb, counts
 
 
-def _on_split(cand: Candidate, counts: dict) -> Candidate:
+def _on_shards(cand: Candidate, counts: dict) -> Candidate:
     """A candidate over the original layers as the same stages over the split model."""
     return replace(cand, partition=Partition(map_sizes(cand.sizes, counts))) if counts else cand
 

@@ -182,7 +182,7 @@ def test_bad_values_exit_2_with_one_line(key, override, presets, what, capsys):
                                       "runtime.iterations=three", "seed=abc",
                                       "tuner.time_budget_s=-5", "tuner.max_iters=-1",
                                       "sim.jitter_cv=nan", "runtime.lr=-1", "cost.tp=0",
-                                      "sim.policy=fast", "tuner.split_layers=always"])
+                                      "sim.policy=fast", "tuner.shard_layers=always"])
 def test_the_issue_examples_in_process(override, tmp_path, capsys):
     code, lines = run_cli(["mode=inspect", "model=tiny_hybrid", override], tmp_path, capsys)
     key = override.split("=")[0]

@@ -49,7 +49,7 @@ def test_the_tuner_the_solvers_and_the_simulator_read_the_same_stage_costs():
     part, placement = Partition((3, 2, 1, 4)), (0, 1, 2, 3)
     st = StageCosts.bind(costs, part, placement, costs.columns_for(cluster))
     pb = Problem.build(costs, cluster, 4, 4)
-    cand = Candidate(part, placement, split=True)
+    cand = Candidate(part, placement, split_backward=True)
     arr = pb.arrays(cand)
     assert np.array_equal(arr.dur, np.stack([st.f, st.i, st.w], axis=1))
     assert np.array_equal(pb.device_load(cand), st.per_device(st.work, 4))

@@ -1,4 +1,4 @@
-"""Sub-layer sharding: pieces add up to the layer (parameters, FLOPs), bad splits are refused."""
+"""Sub-layer sharding: pieces add up to the layer (parameters, FLOPs), bad shards are refused."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,7 @@ from octopipe.cost.analytic import AnalyticCostModel
 from octopipe.errors import ConfigError
 from octopipe.model import LayerKind, LayerSpec, ModelSpec, layer_params, model_params, validate_model
 from octopipe.model.shard import (carry_width, choose_counts, shard_map, shard_model, shard_span,
-                                  split_layer)
+                                  shard_layer)
 
 H = 64
 LAYERS = (
@@ -23,9 +23,9 @@ MODEL = ModelSpec("toy", LAYERS, seq_len=256, micro_batch_size=2, vocab=1000)
 
 @pytest.mark.parametrize("index", [2, 3, 4, 5])
 @pytest.mark.parametrize("k", [2, 3, 7])
-def test_pieces_cover_the_split_dimension_and_add_up(index, k):
+def test_pieces_cover_the_sharded_dimension_and_add_up(index, k):
     x = LAYERS[index]
-    pieces = split_layer(x, k)
+    pieces = shard_layer(x, k)
     spans = [shard_span(p) for p in pieces]
     assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
     dim = {LayerKind.HEAD: x.vocab, LayerKind.MLP: x.ffn, LayerKind.MOE: x.experts}[x.kind]
@@ -34,30 +34,30 @@ def test_pieces_cover_the_split_dimension_and_add_up(index, k):
     assert abs(sum(layer_params(p, active=True) for p in pieces) - layer_params(x, active=True)) <= k
 
 
-def test_split_model_keeps_parameters_and_flops():
+def test_sharded_model_keeps_parameters_and_flops():
     counts = {2: 3, 3: 2, 5: 4}
     sm = validate_model(shard_model(MODEL, counts))
     assert sm.n_layers == MODEL.n_layers + 2 + 1 + 3
     assert model_params(sm) == model_params(MODEL)
     cl = cluster_from_config({"name": "x", "nodes": 1, "gpus_per_node": 2, "device": "H100-SXM"})
-    whole, split = AnalyticCostModel().table(MODEL, cl), AnalyticCostModel().table(sm, cl)
-    assert split.flops.sum() == pytest.approx(whole.flops.sum(), rel=1e-9)
-    assert split.static_bytes.sum() == pytest.approx(whole.static_bytes.sum(), rel=1e-9)
+    whole, sharded = AnalyticCostModel().table(MODEL, cl), AnalyticCostModel().table(sm, cl)
+    assert sharded.flops.sum() == pytest.approx(whole.flops.sum(), rel=1e-9)
+    assert sharded.static_bytes.sum() == pytest.approx(whole.static_bytes.sum(), rel=1e-9)
     idx = shard_map(MODEL.n_layers, counts)
     for i in counts:          # the pieces of a layer are cheaper than it, one by one
-        assert (split.flops[idx == i] < whole.flops[i]).all()
+        assert (sharded.flops[idx == i] < whole.flops[i]).all()
     # a piece that is not the last sends its carry; the last piece sends what the layer sent
     j = int(np.flatnonzero(idx == 2)[0])
-    assert split.out_bytes[j] == 2.0 * carry_width(sm.layers[j]) * MODEL.tokens_per_microbatch
-    assert split.out_bytes[int(np.flatnonzero(idx == 2)[-1])] == whole.out_bytes[2]
-    assert split.out_bytes[-1] == 0.0
+    assert sharded.out_bytes[j] == 2.0 * carry_width(sm.layers[j]) * MODEL.tokens_per_microbatch
+    assert sharded.out_bytes[int(np.flatnonzero(idx == 2)[-1])] == whole.out_bytes[2]
+    assert sharded.out_bytes[-1] == 0.0
 
 
-def test_bad_splits_are_refused():
+def test_bad_shards_are_refused():
     with pytest.raises(ConfigError, match="cannot be split"):
-        split_layer(LAYERS[1], 2)
+        shard_layer(LAYERS[1], 2)
     with pytest.raises(ConfigError, match="experts=7 allows 1 to 7"):
-        split_layer(LAYERS[3], 8)
+        shard_layer(LAYERS[3], 8)
     with pytest.raises(ConfigError, match="layer 9 does not exist"):
         shard_model(MODEL, {9: 2})
     with pytest.raises(ConfigError, match="shards"):
@@ -65,10 +65,10 @@ def test_bad_splits_are_refused():
                                                    head_dim=16, shards=2),), 16))
 
 
-def test_choose_counts_splits_only_heavy_splittable_layers():
+def test_choose_counts_shards_only_heavy_shardable_layers():
     work = np.array([1.0, 1.0, 1.0, 9.0, 6.0])
     ok = [True, True, True, True, False]
     counts = choose_counts(work, ok, n_devices=3, max_share=0.5)   # cap = 0.5 * 18 / 3 = 3
-    assert counts == {3: 3}                                        # 9 / 3 pieces; row 4 may not split
+    assert counts == {3: 3}                                        # 9 / 3 pieces; row 4 may not be sharded
     assert choose_counts(work, ok, 3, 0.5, max_pieces=[1, 1, 1, 2, 1]) == {3: 2}
     assert choose_counts(work, ok, 1, 0.5) == {}

@@ -138,9 +138,9 @@ def test_emulated_eight_ranks_track_the_simulator():
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(n))
 
 
-def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
+def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path):
     """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
-    mode=execute runs the split model and its gradients pass the check; runtime.pin=false leaves
+    mode=execute runs the sharded model and its gradients pass the check; runtime.pin=false leaves
     the ranks unpinned."""
     model = model_preset("tiny_hybrid")
     counts = {11: 3, 2: 2}
@@ -158,7 +158,7 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
         capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["split_layers"] == {"11": 3, "2": 2}
+    assert summary["shard_layers"] == {"11": 3, "2": 2}
     assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0
     assert summary["pinned"] is None and summary["schedules"]["1f1b"]["pinned"] is None
     assert summary["cost_inputs"] == "profiled" and summary["schedules"]["1f1b"]["calibration"] is None
@@ -166,12 +166,12 @@ def test_mode_execute_runs_a_plan_file_whose_meta_splits_layers(tmp_path):
     assert saved["meta"]["shards"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15
 
 
-def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piece(tmp_path):
+def test_mode_execute_lets_the_tuner_shard_layers_it_then_measures_piece_by_piece(tmp_path):
     """schedule=octopipe under real compute: the tuner may split heavy layers, pricing the pieces
     with cost=profiled; the plan's meta names them and its partition covers the split model."""
     model = model_preset("tiny_hybrid")
     x = inputs("pp=2", "microbatches=2", "seed=0", "schedule=octopipe", "tuner.time_budget_s=3",
-               "tuner.ilp=false", "tuner.polish_s=0", "tuner.split_share=0.05", "tuner.split_layers=force",
+               "tuner.ilp=false", "tuner.polish_s=0", "tuner.shard_share=0.05", "tuner.shard_layers=force",
                "cost=profiled", "cost.device=cpu", "cost.repeats=1", "cost.warmup=0",
                f"cost.cache_dir={tmp_path / 'cache'}")
     costs, cluster = _costs(x, model)
@@ -181,7 +181,7 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
         sharded = plan_model(model, plan)
         assert sharded.n_layers == model.n_layers + sum(v - 1 for v in plan.shards.values())
         assert plan.n_layers == sharded.n_layers
-    else:       # measured times vary: a whole-layer baseline may beat every split plan
+    else:       # measured times vary: a whole-layer baseline may beat every sharded plan
         assert plan.meta["origin"].startswith("baseline"), plan.meta
         assert plan.n_layers == model.n_layers
 

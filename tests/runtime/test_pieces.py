@@ -1,4 +1,4 @@
-"""Split layers: a chain of pieces computes the whole layer, alone and in a pipeline."""
+"""Sharded layers: a chain of pieces computes the whole layer, alone and in a pipeline."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +11,7 @@ from octopipe.layers.mlp import MLP, MoE
 from octopipe.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
-from octopipe.model.shard import shard_model, split_layer
+from octopipe.model.shard import shard_model, shard_layer
 from octopipe.plan import Plan, plan_model
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import StageModule, max_rel_err, reference_run
@@ -55,7 +55,7 @@ def test_chain_of_pieces_equals_the_whole_layer_forward_and_every_gradient(name,
     spec = WHOLE[name]
     torch.manual_seed(k)
     whole = whole_module(spec)
-    pieces = [build_piece(p) for p in split_layer(spec, k)]
+    pieces = [build_piece(p) for p in shard_layer(spec, k)]
     load_pieces(whole, pieces)
     seq, tokens = 16, 16 if spec.kind is not K.HEAD else 19     # the head reads the last seq positions
     x = torch.randn(2, tokens, H)
@@ -81,12 +81,12 @@ def test_chain_of_pieces_equals_the_whole_layer_forward_and_every_gradient(name,
 def test_pieces_are_named_and_shaped_as_the_analytic_parameter_counts():
     from octopipe.model.params import layer_params
     for name, spec in WHOLE.items():
-        for p in split_layer(spec, 3):
+        for p in shard_layer(spec, 3):
             assert sum(t.numel() for t in build_piece(p).parameters()) == layer_params(p), (name, p.label)
 
 
 def test_load_pieces_rejects_pieces_of_another_layer():
-    pieces = [build_piece(p) for p in split_layer(WHOLE["mlp_relu2"], 2)]
+    pieces = [build_piece(p) for p in shard_layer(WHOLE["mlp_relu2"], 2)]
     with pytest.raises(ValueError, match="shape"):
         load_pieces(MLP(LayerSpec(K.MLP, H, ffn=40, activation="relu2")), pieces)
 
@@ -131,7 +131,7 @@ def _pipeline_case(table, partition):
     assert max_rel_err(got.grads, reference_run(sharded, m).grads) <= RTOL
 
 
-def test_pipeline_1f1b_on_three_ranks_cuts_inside_split_layers_and_equals_the_whole_model():
+def test_pipeline_1f1b_on_three_ranks_cuts_inside_sharded_layers_and_equals_the_whole_model():
     from octopipe.schedule.library import build_schedule
     # cuts: between the MLP's pieces (2|3) and the MoE's (5|6)
     _pipeline_case(build_schedule("1f1b", 3, 3), ((0, 3), (3, 6), (6, 15)))

@@ -89,6 +89,21 @@ def test_bad_documents_say_what_is_wrong(tmp_path, changes, match):
         load_plan(_doc(tmp_path, **changes))
 
 
+def test_old_shard_provenance_keys_are_read_and_saved_under_the_new_names(tmp_path):
+    """Plans written before the layer pieces were called shards kept their provenance as
+    meta.split_names / meta.split_costs: both are read, and saving writes shard_names/shard_costs."""
+    doc = plan_to_doc(make_plan(v_table(2, 2)))
+    doc["meta"].update({"shards": {"1": 2}, "split_names": {"1": "head"}, "split_costs": "rows"})
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    plan = load_plan(path, check=False)
+    assert plan.shards == {1: 2}
+    assert plan.meta["shard_names"] == {"1": "head"} and plan.meta["shard_costs"] == "rows"
+    assert "split_names" not in plan.meta and "split_costs" not in plan.meta
+    saved = json.loads(save_plan(plan, tmp_path / "new.json").read_text())["meta"]
+    assert saved["shard_names"] == {"1": "head"} and "split_names" not in saved
+
+
 def test_unreadable_files(tmp_path):
     with pytest.raises(ScheduleError, match="does not exist"):
         load_schedule_file(tmp_path / "none.json")

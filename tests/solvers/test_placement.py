@@ -13,7 +13,7 @@ from solvers.backend import SolverConfig
 from solvers.brute import brute_force_placement
 from solvers.instance import PartitionInstance
 from solvers.placement_ilp import solve_placement_instance
-from solvers.placement_model import device_keys, interchangeable, memory_cannot_bind, split_runs
+from solvers.placement_model import device_keys, interchangeable, memory_cannot_bind, cut_runs
 from tests.solvers.instances import GB, make_cluster, random_costs
 
 SHAPES = [(2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (4, 1)]     # (devices, stages per device)
@@ -94,12 +94,12 @@ def test_interchangeable_devices_and_nodes():
 
 def test_split_runs_gives_every_device_its_stages():
     # device 0 holds one run of 4 layers but must hold 2 stages; device 1 has its 2 runs
-    part, pl = split_runs([1, 0, 0, 0, 0, 1, 1], 2, 2)
+    part, pl = cut_runs([1, 0, 0, 0, 0, 1, 1], 2, 2)
     assert pl.count(0) == 2 and pl.count(1) == 2
     assert part[0] == (0, 1) and part[-1] == (5, 7)
     assert [d for s, (lo, hi) in enumerate(part) for d in [pl[s]] * (hi - lo)] == [1, 0, 0, 0, 0, 1, 1]
     with pytest.raises(Exception, match="runs"):
-        split_runs([0, 1, 0, 1, 0], 2, 2)       # device 0 has 3 runs, more than its 2 stages
+        cut_runs([0, 1, 0, 1, 0], 2, 2)       # device 0 has 3 runs, more than its 2 stages
 
 
 def test_joint_needs_a_multiple_of_the_devices():

@@ -26,7 +26,7 @@ def _optimum(problem: Problem, cand: Candidate) -> float:
     is the earliest-start schedule of its own start-time order, so the minimum is exact."""
     arr = problem.arrays(cand)
     S, M, D = cand.n_stages, problem.n_microbatches, problem.n_devices
-    kinds = 3 if cand.split else 2
+    kinds = 3 if cand.split_backward else 2
     dur, dev = arr.dur, arr.dev
     best = [math.inf]
 
@@ -79,7 +79,7 @@ def test_tight_on_uniform_1f1b(p, m):
     """Uniform stages, full backward: the bound is 1F1B's closed form (m + p - 1)(F + B), which
     the list scheduler reaches, so no schedule of that layout is shorter."""
     pb = _problem([1.0] * p, [1.2] * p, [0.8] * p, p, m)
-    c = Candidate((1,) * p, tuple(range(p)), split=False, inflight=1.0)
+    c = Candidate((1,) * p, tuple(range(p)), split_backward=False, inflight=1.0)
     lb = layout_bound(pb, c)
     assert lb.makespan_s == pytest.approx((m + p - 1) * 3.0)
     assert pb.estimate(c).makespan == pytest.approx(lb.makespan_s)
@@ -93,11 +93,11 @@ def test_never_above_the_optimum_brute_force():
                ((0, 0, 1, 1), False)]
     tight = strict = 0
     for t in range(30):
-        pl, split = layouts[t % len(layouts)]
+        pl, split_backward = layouts[t % len(layouts)]
         S = len(pl)
         pb = _problem(rng.integers(1, 5, S), rng.integers(1, 5, S), rng.integers(1, 5, S), 2, 2,
                       latency=float(rng.integers(0, 2)))
-        c = Candidate((1,) * S, pl, split=split, inflight=math.inf)
+        c = Candidate((1,) * S, pl, split_backward=split_backward, inflight=math.inf)
         lb = layout_bound(pb, c).makespan_s
         opt = _optimum(pb, c)
         assert lb <= opt * (1 + 1e-9)

@@ -22,7 +22,8 @@ def _arrays(dev, dur, D, comm=0.0, cap=-1.0):
 def test_1f1b_closed_form(p, m):
     """Uniform stages, full backward, 1F1B in-flight limits: (m + p - 1)(F + B)."""
     arr = _arrays(range(p), [[1.0, 2.0, 0.0]] * p, p)
-    r = list_schedule(arr, m, ListPolicy(split=False, limits=np.arange(p, 0, -1), kind_rank=(1, 0, 2)))
+    r = list_schedule(arr, m, ListPolicy(split_backward=False, limits=np.arange(p, 0, -1),
+                                         kind_rank=(1, 0, 2)))
     assert r.complete
     assert r.makespan == pytest.approx((m + p - 1) * 3.0)
     # 1F1B keeps at most p - s micro-batches in flight on stage s: peak = (p - s) activations
@@ -33,14 +34,14 @@ def test_transfer_delay_adds_per_boundary():
     """One micro-batch through p stages: every boundary delay is paid twice (F and B)."""
     p = 3
     arr = _arrays(range(p), [[1.0, 2.0, 0.0]] * p, p, comm=0.5)
-    r = list_schedule(arr, 1, ListPolicy(split=False, limits=np.zeros(p)))
+    r = list_schedule(arr, 1, ListPolicy(split_backward=False, limits=np.zeros(p)))
     assert r.makespan == pytest.approx(p * 3.0 + 2 * (p - 1) * 0.5)
 
 
 def test_memory_deadlock_reported():
     """A device holding stages 0 and 1 with room for one activation cannot run micro-batch 0."""
     arr = _arrays([0, 0], [[1.0, 1.0, 1.0]] * 2, 1, cap=1.0)
-    r = list_schedule(arr, 2, ListPolicy(split=True, limits=np.zeros(2)))
+    r = list_schedule(arr, 2, ListPolicy(split_backward=True, limits=np.zeros(2)))
     assert not r.complete and math.isinf(r.makespan)
 
 
@@ -57,7 +58,7 @@ def test_c_engine_matches_python_engine():
                           rng.integers(0, 2, S).astype(float), rng.integers(0, 2, S).astype(float),
                           np.ones(S), np.full(S, 0.5),
                           np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 5))), D)
-        policy = ListPolicy(split=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
+        policy = ListPolicy(split_backward=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
                             kind_rank=tuple(int(x) for x in rng.permutation(3)),
                             f_tiebreak=int(rng.integers(2)), b_tiebreak=int(rng.integers(2)),
                             w_pressure=float(rng.random()))
@@ -73,7 +74,7 @@ def test_problem_estimate_uses_costs_and_lower_bound():
     costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0)
     pb = Problem.build(costs, free_cluster(4), 4, 8)
     assert lower_bound(pb.layer_work(), pb.n_microbatches) == pytest.approx(8 * 8 * 3.0 / 4)
-    c = Candidate((2, 2, 2, 2), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2))
+    c = Candidate((2, 2, 2, 2), (0, 1, 2, 3), split_backward=False, inflight=1.0, kind_rank=(1, 0, 2))
     r = pb.estimate(c)
     assert r.makespan == pytest.approx((8 + 3) * 6.0)
 

@@ -40,20 +40,20 @@ def test_report_rejects_empty_dir(tmp_path):
     assert proc.returncode == 2 and "no mode=plan summary.json" in proc.stderr
 
 
-def test_split_plan_resimulates_through_mode_simulate(tmp_path):
-    """A plan that splits layers names its pieces in plan.json, and mode=simulate prices the same
+def test_sharded_plan_resimulates_through_mode_simulate(tmp_path):
+    """A plan that shards layers names its pieces in plan.json, and mode=simulate prices the same
     pieces when it replays the file: the makespans agree."""
     base = ["model=tiny_hybrid", "pp=4", "microbatches=4"]
     out = tmp_path / "plan"
     proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=plan", *base, "tuner.time_budget_s=3",
-                           "tuner.split_share=0.25", f"hydra.run.dir={out}"],
+                           "tuner.shard_share=0.25", f"hydra.run.dir={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     plan = load_plan(out / "plan.json")
-    if summary["split_layers"]:           # the tuner may still prefer a whole-layer baseline
+    if summary["shard_layers"]:           # the tuner may still prefer a whole-layer baseline
         assert plan.shards == \
-            {int(k): v for k, v in summary["split_layers"].items()}
+            {int(k): v for k, v in summary["shard_layers"].items()}
     sim = tmp_path / "sim"
     proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=simulate", *base,
                            f"schedule.file={out / 'plan.json'}", f"hydra.run.dir={sim}"],

@@ -30,7 +30,7 @@ def hetero_costs(n=12, seed=0):
 def test_never_worse_than_baselines_and_given_start():
     costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
     pb = Problem.build(costs, cl, 4, 8)
-    start = Candidate((3, 3, 3, 3), (0, 1, 2, 3), split=False, inflight=1.0, kind_rank=(1, 0, 2),
+    start = Candidate((3, 3, 3, 3), (0, 1, 2, 3), split_backward=False, inflight=1.0, kind_rank=(1, 0, 2),
                       origin="given")
     start_ms = simulate(to_plan(pb, start), costs, cl).makespan
     res = tune(costs, cl, 4, 8, TuneOptions(CFG, starts=[start]))

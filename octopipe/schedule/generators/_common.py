@@ -100,28 +100,29 @@ class Pools:
 
 
 def priority_rows(devices_of: Callable[[Action], int], n_devices: int, n_stages: int,
-                  n_microbatches: int, split: bool, priority: Callable[[Action], tuple],
+                  n_microbatches: int, split_backward: bool, priority: Callable[[Action], tuple],
                   pools: Pools, name: str) -> list[Row]:
     """Unit-slot list scheduling: every slot, each idle device runs its best ready action.
 
     Each compute action takes one slot; an action is ready once its data predecessors finished
     in an earlier slot. An F may start only while its memory pool has room (`pools`); F adds
-    one live activation, B (or W when `split`) frees one. Ties go to the smallest `priority`
-    key. Returns time-aligned rows.
+    one live activation, B (or W when `split_backward`) frees one. Ties go to the smallest
+    `priority` key. Returns time-aligned rows.
     """
     pool_of, caps = pools.of, pools.caps
-    kinds = (F, I, W) if split else (F, B)
+    kinds = (F, I, W) if split_backward else (F, B)
     pending: list[list[Action]] = [[] for _ in range(n_devices)]
     for s in range(n_stages):
         for mb in range(n_microbatches):
             for k in kinds:
                 a = Action(s, k, mb)
                 pending[devices_of(a)].append(a)
-    split_set = {(s, mb) for s in range(n_stages) for mb in range(n_microbatches)} if split else set()
+    split_set = ({(s, mb) for s in range(n_stages) for mb in range(n_microbatches)}
+                 if split_backward else set())
     preds = {a: data_predecessors(a, n_stages, split_set) for row in pending for a in row}
     for row in pending:
         row.sort(key=priority)
-    frees = W if split else B
+    frees = W if split_backward else B
     done: set[Action] = set()
     live: dict[Pool, int] = defaultdict(int)
     rows: list[Row] = [[] for _ in range(n_devices)]

@@ -37,7 +37,7 @@ def chimera(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTab
         caps[d, 0] = min(p - d, half)
         caps[d, 1] = min(d + 1, half)
     rows = priority_rows(
-        devices_of=device_of, n_devices=p, n_stages=p, n_microbatches=m, split=False,
+        devices_of=device_of, n_devices=p, n_stages=p, n_microbatches=m, split_backward=False,
         priority=lambda a: (0 if a.kind is B else 1, a.microbatch),
         pools=Pools(lambda a: (device_of(a), mb_replica[a.microbatch]), caps), name="chimera")
     return table(rows, down, m, "chimera", replicas=(up,), mb_replica=mb_replica)

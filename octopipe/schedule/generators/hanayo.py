@@ -21,6 +21,6 @@ def hanayo(n_devices: int, n_microbatches: int, chunks: int = 2) -> ScheduleTabl
     placement = v_placement(p, v)
     rows = priority_rows(
         devices_of=lambda a: placement[a.stage], n_devices=p, n_stages=p * v, n_microbatches=m,
-        split=False, priority=lambda a: (0 if a.kind is B else 1, a.microbatch, -a.stage),
+        split_backward=False, priority=lambda a: (0 if a.kind is B else 1, a.microbatch, -a.stage),
         pools=Pools(lambda a: placement[a.stage], {d: p * v for d in range(p)}), name="hanayo")
     return table(rows, placement, m, "hanayo")

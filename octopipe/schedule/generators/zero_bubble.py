@@ -36,6 +36,6 @@ def zbh2(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
     p = n_devices
     rows = priority_rows(
         devices_of=lambda a: a.stage, n_devices=p, n_stages=p, n_microbatches=n_microbatches,
-        split=True, priority=lambda a: (_H2_ORDER[a.kind], a.microbatch),
+        split_backward=True, priority=lambda a: (_H2_ORDER[a.kind], a.microbatch),
         pools=Pools(lambda a: a.stage, {d: 2 * p - 1 for d in range(p)}), name="zbh2")
     return table(rows, loop_placement(p, 1), n_microbatches, "zbh2")

@@ -1,9 +1,9 @@
-"""The planner's fourth lever: split layers heavier than a device's share into pieces.
+"""The planner's fourth lever: shard layers heavier than a device's share (cut them into pieces).
 
 No partition can beat its heaviest layer: at 16 or 32 stages an LM head or an MoE layer holds
 more than one device's even share of the work. `octopipe.model.shard` defines exact pieces (a
 vocabulary-split head, an FFN-width-split MLP, an expert-split MoE); this module decides how many
-pieces each heavy layer gets and supplies the CostTable of the split model, either from the model
+pieces each heavy layer gets and supplies the CostTable of the sharded model, either from the model
 (analytic costs: exact per piece) or by dividing a measured row evenly (profile files, whose
 per-piece times are not measured: an assumption the plan reports).
 """
@@ -16,28 +16,28 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cost.table import CostTable
-from octopipe.model.shard import SPLIT_DIM, choose_counts, shard_map, shard_model, shardable
+from octopipe.model.shard import SHARD_DIM, choose_counts, shard_map, shard_model, shardable
 from octopipe.model.spec import ModelSpec
 
 MAX_ROW_PIECES = 8
 
 
 @dataclass(frozen=True)
-class LayerSplitter:
-    """Which layers may split, into how many pieces at most, and the costs of a split model."""
+class LayerSharder:
+    """Which layers may be sharded, into how many pieces at most, and the costs of a sharded model."""
 
-    splittable: tuple[bool, ...]
+    shardable: tuple[bool, ...]
     max_pieces: tuple[int, ...]
     costs_for: Callable[[Mapping[int, int]], CostTable]
     source: str = "model"            # "model": pieces costed exactly; "rows": rows divided evenly
 
     def counts(self, layer_work: Sequence[float], n_devices: int, max_share: float) -> dict[int, int]:
-        """Pieces per heavy layer (empty when no splittable layer exceeds the share)."""
-        return choose_counts(layer_work, self.splittable, n_devices, max_share, self.max_pieces)
+        """Pieces per heavy layer (empty when no shardable layer exceeds the share)."""
+        return choose_counts(layer_work, self.shardable, n_devices, max_share, self.max_pieces)
 
     def options(self, layer_work: Sequence[float], n_devices: int,
                 max_share: float) -> list[dict[int, int]]:
-        """Splits worth comparing: none, and pieces capped at `max_share`, half and a quarter of it
+        """Shardings worth comparing: none, and pieces capped at `max_share`, half and a quarter of it
         (distinct ones, fewest pieces first)."""
         out: list[dict[int, int]] = [{}]
         for f in (1.0, 0.5, 0.25):
@@ -47,23 +47,23 @@ class LayerSplitter:
         return out
 
 
-def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
-    """Split `model`'s HEAD, MLP and MoE layers; `costs_of` prices the split model."""
+def model_sharder(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSharder:
+    """Shard `model`'s HEAD, MLP and MoE layers; `costs_of` prices the sharded model."""
     ok = tuple(shardable(x) for x in model.layers)
-    cap = tuple(getattr(x, SPLIT_DIM[x.kind]) if x.kind in SPLIT_DIM else 1 for x in model.layers)
-    return LayerSplitter(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
+    cap = tuple(getattr(x, SHARD_DIM[x.kind]) if x.kind in SHARD_DIM else 1 for x in model.layers)
+    return LayerSharder(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
 
 
-def row_splitter(costs: CostTable, splittable: Sequence[bool],
-                 fixed: Sequence[float] | None = None) -> LayerSplitter:
-    """Split measured rows (at most `MAX_ROW_PIECES` pieces per row); `fixed[i]` is the share of
+def row_sharder(costs: CostTable, may_shard: Sequence[bool],
+                fixed: Sequence[float] | None = None) -> LayerSharder:
+    """Shard measured rows (at most `MAX_ROW_PIECES` pieces per row); `fixed[i]` is the share of
     row i that cannot split (a composite's attention part) and stays with its first piece."""
-    ok = tuple(bool(x) for x in splittable)
-    return LayerSplitter(ok, tuple(MAX_ROW_PIECES if x else 1 for x in ok),
-                         lambda counts: split_rows(costs, counts, fixed), "rows")
+    ok = tuple(bool(x) for x in may_shard)
+    return LayerSharder(ok, tuple(MAX_ROW_PIECES if x else 1 for x in ok),
+                         lambda counts: shard_rows(costs, counts, fixed), "rows")
 
 
-def split_rows(costs: CostTable, counts: Mapping[int, int],
+def shard_rows(costs: CostTable, counts: Mapping[int, int],
                fixed: Sequence[float] | None = None) -> CostTable:
     """`costs` with row i divided into `counts[i]` pieces: the first holds the row's fixed share
     (`fixed[i]`, default 0) plus an equal part of the rest, the others an equal part each.
@@ -100,7 +100,7 @@ def split_rows(costs: CostTable, counts: Mapping[int, int],
 
 
 def map_sizes(sizes: Sequence[int], counts: Mapping[int, int]) -> tuple[int, ...]:
-    """Stage sizes over the original layers → the same stages over the split model's layers."""
+    """Stage sizes over the original layers → the same stages over the sharded model's layers."""
     out, lo = [], 0
     for n in sizes:
         out.append(sum(int(counts.get(i, 1)) for i in range(lo, lo + int(n))))
