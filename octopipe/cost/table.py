@@ -5,7 +5,6 @@ Prefix sums make any stage's total an O(1) lookup, which the ILP, simulator and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -115,19 +114,6 @@ class CostTable:
     def range_sum(self, name: str, lo: int, hi: int, kind: int | None = None) -> float:
         """Sum of array `name` over layers [lo, hi), on device-kind column `kind` where 2-D."""
         return float(self.range_sums(name, lo, hi, kind or 0))
-
-    def stage_costs(self, partition: "Sequence[tuple[int, int]]",
-                    kind_per_stage: "Sequence[int]") -> dict[str, np.ndarray]:
-        """Per-stage f, i, w, act, w_act, static and boundary bytes, by name (for callers that
-        want a mapping; `octopipe.cost.stage_costs.StageCosts` is the binding the planner uses)."""
-        b = np.asarray([lo for lo, _ in partition], dtype=np.int64)
-        e = np.asarray([hi for _, hi in partition], dtype=np.int64)
-        k = np.asarray(kind_per_stage, dtype=np.int64)
-        out = {name: self.range_sums(name, b, e, k) for name in ("f", "i", "w")}
-        for name in ("act_bytes", "w_act_bytes", "static_bytes"):
-            out[name] = self.range_sums(name, b, e)
-        out["out_bytes"] = np.where(e > b, self.out_bytes[np.maximum(e - 1, 0)], 0.0)
-        return out
 
     @classmethod
     def uniform(cls, n_layers: int, f: float = 1.0, i: float = 1.0, w: float = 1.0,

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ScheduleError
-from octopipe.plan import Plan
 from octopipe.runtime.job import Job
 
 
@@ -27,32 +26,23 @@ class Emulation:
     message_elems: dict[int, int]
 
 
-def kind_per_stage(plan: Plan, costs: CostTable, cluster: Cluster | None) -> list[int]:
-    """CostTable column of the device holding each stage (by device-kind name; 0 without a cluster)."""
-    if cluster is None:
-        return [0] * len(plan.placement)
-    cols = []
-    for d in plan.placement:
-        name = cluster.kind_of(d).name
-        cols.append(costs.kinds.index(name) if name in costs.kinds else 0)
-    return cols
-
-
 def emulation(job: Job) -> Emulation:
     """`job.costs` scaled for `job.plan` as the module docstring says."""
     plan, costs = job.plan, job.costs
     if costs is None:
         raise ScheduleError("compute=emulated needs the modelled costs of the plan's layers; give the job costs")
-    sc = costs.stage_costs(plan.partition, kind_per_stage(plan, costs, job.cluster))
-    time_scale = job.config.emulate_step_s / max(float(np.mean(sc["f"])), 1e-12)
-    biggest = max(float(sc["out_bytes"].max()), 1.0)
+    n = plan.table.n_devices
+    columns = costs.columns_for(job.cluster, n) if job.cluster is not None else (0,) * n
+    sc = StageCosts.bind(costs, plan.partition, plan.placement, columns)
+    time_scale = job.config.emulate_step_s / max(float(np.mean(sc.f)), 1e-12)
+    biggest = max(float(sc.out_bytes.max()), 1.0)
     byte_scale = min(1.0, job.config.max_message_bytes / biggest)
     scaled = CostTable(costs.layer_names, costs.kinds, costs.f * time_scale, costs.i * time_scale,
                        costs.w * time_scale, costs.act_bytes, costs.static_bytes,
                        np.maximum(np.round(costs.out_bytes * byte_scale / 4), 1) * 4, costs.params,
                        w_act_bytes=costs.w_act_bytes, flops=costs.flops,
                        tokens_per_microbatch=costs.tokens_per_microbatch)
-    durations = {s: (sc["f"][s] * time_scale, sc["i"][s] * time_scale, sc["w"][s] * time_scale)
+    durations = {s: (sc.f[s] * time_scale, sc.i[s] * time_scale, sc.w[s] * time_scale)
                  for s in range(len(plan.partition))}
     elems = {s: int(scaled.out_bytes[hi - 1] // 4) for s, (lo, hi) in enumerate(plan.partition)}
     return Emulation(scaled, durations, elems)
