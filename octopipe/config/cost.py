@@ -24,6 +24,21 @@ class AnalyticCost:
                                    "(34·s·b·h per GPT block)")
     bytes_per_param: float = setting(18.0, "parameter + gradient + optimizer bytes per parameter "
                                            "(mixed-precision Adam: 18; ZeRO: 16)", gt=0)
+    sequence_parallel: bool = setting(False, "TP collectives as all-gather + reduce-scatter "
+                                             "(sequence parallelism) instead of all-reduces")
+    tp_collectives: bool = setting(True, "time the TP collectives (octopipe/cost/collectives.py) "
+                                         "on the TP group's link; false: TP only divides work")
+    tp_overlap: bool = setting(False, "TP collectives overlap their pass's compute (the pass "
+                                      "takes the longer of the two) instead of adding to it")
+    tp_link: Literal["intra", "inter"] = setting(
+        "intra", "link of the TP group: intra (inside a node) | inter (TP across nodes)")
+    collective_algorithm: Literal["ring", "tree"] = setting("ring", "all-reduce algorithm")
+    dp: int = setting(1, "data-parallel degree (replicas of the pipeline); with zero > 0 it "
+                         "divides optimizer state (and gradients)", ge=1)
+    zero: int = setting(0, "ZeRO stage: 0 none, 1 optimizer state / dp, 2 and gradients / dp",
+                        ge=0, le=2)
+    grad_bytes: float = setting(4.0, "bytes per gradient (fp32 accumulation), part of "
+                                     "bytes_per_param; what DP synchronizes", gt=0)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,16 @@ Formulas follow models-and-hardware.md §3 (a multiply-add counts 2 FLOPs; 16-bi
   are the weights the pass reads (MoE: only the experts its tokens reach), the activations it
   writes or reads and, for W, the fp32 gradient accumulation.
 - Tensor parallelism `tp` (with sequence parallelism) divides FLOPs, weights, stored
-  activations and the bytes a boundary sends (Megatron's scatter/gather); TP collectives are not
-  timed here.
+  activations and the bytes a boundary sends (Megatron's scatter/gather). Its collectives
+  (`octopipe.cost.collectives.tp_collective_seconds`: all-reduces, or all-gather/reduce-scatter
+  under `sequence_parallel`, the vocabulary-parallel head's reductions, MoE all-to-all) are timed
+  on the TP group's link (`tp_link`: the cluster's intra-node link unless asked) and added to
+  the F and I passes, or overlapped with them (`tp_overlap`); `tp_collectives=false` leaves them
+  out.
+- Data parallelism `dp` with ZeRO stage `zero`: static bytes per parameter become
+  `octopipe.cost.collectives.static_bytes_per_param` (optimizer state / dp under ZeRO-1, and
+  gradients / dp under ZeRO-2); the gradient synchronization itself is timed per stage by the
+  simulator (`octopipe.sim.durations.GradSync`).
 - Boundary bytes `out_bytes`: `tokens·width·2·b` of the layer's output (residual stream; the
   ViT width inside the vision encoder; image tokens × text width after the projector); 0 after
   the head, which ends in a scalar loss.
@@ -41,6 +49,8 @@ import numpy as np
 from octopipe.cluster import Cluster
 from octopipe.config.convert import check, convert
 from octopipe.config.cost import AnalyticCost
+from octopipe.cost.collectives import (PassComm, static_bytes_per_param, tp_collective_seconds,
+                                       with_collectives)
 from octopipe.cost.table import CostTable
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
@@ -146,6 +156,21 @@ class AnalyticCostModel(AnalyticCost):
         return {"f": (f_flops / tp, f_bytes / tp), "i": (i_flops / tp, i_bytes / tp),
                 "w": (w_flops / tp, w_bytes / tp)}
 
+    def tp_comm(self, x: LayerSpec, model: ModelSpec, cluster: Cluster) -> PassComm:
+        """Seconds of layer `x`'s TP collectives per micro-batch in F and I (none at tp=1)."""
+        if self.tp <= 1 or not self.tp_collectives:
+            return PassComm()
+        link = cluster.intra_link if self.tp_link == "intra" else cluster.inter_link
+        t = model.seq_len if x.kind is LayerKind.HEAD else (x.tokens or model.seq_len)
+        return tp_collective_seconds(x, t * model.micro_batch_size, self.tp, link,
+                                     self.sequence_parallel, self.collective_algorithm)
+
+    def static_per_param(self) -> float:
+        """Parameter + gradient + optimizer bytes per parameter on one GPU (ZeRO over dp)."""
+        if self.dp == 1 and self.zero == 0:
+            return self.bytes_per_param
+        return static_bytes_per_param(self.bytes_per_param, self.dp, self.zero, self.grad_bytes)
+
     def seconds(self, flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
         """Roofline time of one pass on one device."""
         return max(flops / (peak * self.efficiency), nbytes / (bandwidth * self.efficiency))
@@ -160,13 +185,18 @@ class AnalyticCostModel(AnalyticCost):
         for j, x in enumerate(model.layers):
             w = self.work(x, model)
             passes = self.pass_work(w)
+            comm = self.tp_comm(x, model, cluster)
+            i_comm = comm.i + (comm.f if self.recompute == "full" else 0.0) if w.input_grad else 0.0
+            ov = self.tp_overlap
             for c, dev in enumerate(cluster.kinds):
-                f[j, c] = self.seconds(*passes["f"], dev.peak_flops, dev.memory_bandwidth)
-                i[j, c] = self.seconds(*passes["i"], dev.peak_flops, dev.memory_bandwidth)
+                f[j, c] = with_collectives(
+                    self.seconds(*passes["f"], dev.peak_flops, dev.memory_bandwidth), comm.f, ov)
+                i[j, c] = with_collectives(
+                    self.seconds(*passes["i"], dev.peak_flops, dev.memory_bandwidth), i_comm, ov)
                 wt[j, c] = self.seconds(*passes["w"], dev.peak_flops, dev.memory_bandwidth)
             act[j] = self.stored_activation_bytes(w)
             w_act[j] = min(w.w_act_bytes / self.tp, act[j])
-            static[j] = w.params * self.bytes_per_param / self.tp
+            static[j] = w.params * self.static_per_param() / self.tp
             out[j] = w.out_bytes / self.tp
             params[j] = w.params
             flops[j] = w.flops
