@@ -7,7 +7,9 @@ carries the output of its last layer, a backward one the gradient of stage s's i
 size as the output of stage s-1). Memory: F allocates the stage's activation bytes; I frees all
 but `w_act_bytes`, W frees the rest, B frees everything. Static bytes (parameters, gradients,
 optimizer state) count once per stage a device holds in any placement, so Chimera's replicas
-count twice.
+count twice. Data parallelism (`GradSync`, optional): each stage's gradient synchronization
+(`octopipe.cost.collectives.dp_sync_seconds`) runs on its device's DP link after the stage's last
+backward (overlapping the cool-down's remaining backward work) or after the device's last compute.
 """
 from __future__ import annotations
 
@@ -25,6 +27,16 @@ from octopipe.sim.program import FWD, Program
 
 
 @dataclass(frozen=True, eq=False)
+class GradSync:
+    """End-of-iteration data-parallel gradient synchronization: [S] seconds per stage on the DP
+    link of the stage's device; `overlap`: a stage starts as soon as its last backward ends
+    (else once its device has finished all compute)."""
+
+    seconds: np.ndarray
+    overlap: bool = True
+
+
+@dataclass(frozen=True, eq=False)
 class Durations:
     """Per compute node and per transfer seconds, per node memory deltas, per device limits."""
 
@@ -38,6 +50,7 @@ class Durations:
     peak_flops: np.ndarray     # [n_devices]
     train_flops: float         # FLOPs of one iteration (F + B = 3 forward), 0 when unknown
     tokens: float              # tokens of one iteration, 0 when unknown
+    grad_sync: GradSync | None = None   # data-parallel gradient sync per stage (None: dp = 1)
 
     def scaled(self, compute: np.ndarray | None = None, transfer: np.ndarray | None = None) -> "Durations":
         """The same durations with some arrays replaced (jitter, what-if studies)."""
@@ -100,6 +113,11 @@ def bind(program: Program, partition: Partition | Sequence[tuple[int, int]] | No
                      transfer=np.asarray(transfer, dtype=np.float64), transfer_bytes=tbytes,
                      alloc=alloc, free=free, static=static, capacity=capacity, peak_flops=peak,
                      train_flops=3.0 * fwd_flops * n_m, tokens=float(tokens or 0) * n_m)
+
+
+def with_grad_sync(dur: Durations, seconds: Sequence[float] | np.ndarray, overlap: bool = True) -> Durations:
+    """`dur` with each stage's data-parallel gradient synchronization (seconds per stage)."""
+    return replace(dur, grad_sync=GradSync(np.asarray(seconds, dtype=np.float64), bool(overlap)))
 
 
 def uniform(program: Program, f: float = 1.0, b: float = 2.0, w: float | None = None,

@@ -62,6 +62,8 @@ class SimResult:
     busy: np.ndarray                   # [device] seconds of compute
     peak_activation_memory: np.ndarray  # [device] bytes
     memory_blocked: np.ndarray         # [device] seconds idle with an F held by a limit
+    grad_sync_start: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [stage] DP sync
+    grad_sync_end: np.ndarray = field(default_factory=lambda: np.zeros(0))    # (empty: dp = 1)
 
     @property
     def n_devices(self) -> int:

@@ -179,13 +179,40 @@ class Simulator:
         return MonteCarlo(spans, bubbles)
 
 
+def grad_sync_times(program: Program, dur: Durations, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[S] start and end of each stage's DP gradient sync: after the stage's last backward
+    (overlap) or its device's last compute, one at a time per device's DP link, in the order the
+    stages become ready. Nothing in the iteration waits on them, so they extend its tail only."""
+    gs, n_s = dur.grad_sync, program.n_stages
+    if gs is None:
+        return np.zeros(0), np.zeros(0)
+    bwd = program.c_kind > 0
+    ready = np.zeros(n_s)
+    np.maximum.at(ready, program.c_stage[bwd], end[bwd])
+    dev_end = np.zeros(program.n_devices)
+    np.maximum.at(dev_end, program.c_dev, end)
+    placement = np.asarray(program.table.placement)
+    if not gs.overlap:
+        ready = dev_end[placement]
+    start, stop = np.zeros(n_s), np.zeros(n_s)
+    free = np.zeros(program.n_devices)
+    for s in sorted(range(n_s), key=lambda k: (ready[k], k)):
+        d = placement[s]
+        start[s] = max(ready[s], free[d])
+        stop[s] = free[d] = start[s] + gs.seconds[s]
+    return start, stop
+
+
 def result_of(program: Program, dur: Durations, raw: Raw, policy: str, semantics: str) -> SimResult:
     makespan = float(max(raw.end.max(initial=0.0), raw.t_end.max(initial=0.0)))
     busy = np.bincount(program.c_dev, weights=raw.end - raw.start, minlength=program.n_devices)
+    gs_start, gs_end = grad_sync_times(program, dur, raw.end)
+    makespan = max(makespan, float(gs_end.max(initial=0.0)))
     return SimResult(program=program, durations=dur, policy=policy, semantics=semantics,
                      start=raw.start, end=raw.end, transfer_start=raw.t_start,
                      transfer_end=raw.t_end, order=raw.order, makespan=makespan, busy=busy,
-                     peak_activation_memory=raw.peak_act, memory_blocked=raw.mem_blocked)
+                     peak_activation_memory=raw.peak_act, memory_blocked=raw.mem_blocked,
+                     grad_sync_start=gs_start, grad_sync_end=gs_end)
 
 
 def simulate(plan: Plan | ScheduleTable, cost: CostTable | None = None, cluster: Cluster | None = None,
