@@ -9,6 +9,7 @@ from octopipe.config.cluster import ClusterConfig
 from octopipe.config.cost import AnalyticCost, CostConfig
 from octopipe.config.experiment import ExperimentConfig
 from octopipe.config.fields import REQUIRED, setting
+from octopipe.config.layout import LayoutConfig
 from octopipe.config.model import ModelConfig
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.config.schedule import ScheduleConfig
@@ -16,7 +17,7 @@ from octopipe.config.sim import SimConfig
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 
-Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute"]
+Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute", "layout"]
 MODES: tuple[str, ...] = Mode.__args__
 TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
 
@@ -25,13 +26,15 @@ TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
 class Config:
     """What `python -m octopipe.run` was asked, as typed values."""
 
-    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute")
+    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute | layout")
     pp: int | None = setting(8, "devices in the pipeline; null: every rank of the cluster", ge=1)
     chunks: int | None = setting(None, "stages per device; null: the schedule's natural count "
                                        "(1, or 2 for V/interleaved)", ge=1)
     microbatches: int = setting(16, "micro-batches per iteration", ge=1)
     seed: int = setting(0, "every random choice follows it", ge=0)
     sim: SimConfig = setting(SimConfig(), "the simulator")
+    layout: LayoutConfig = setting(LayoutConfig(), "mode=layout's search (tp x pp x dp x "
+                                                   "micro-batching x recompute)")
     model: ModelConfig = setting(REQUIRED, "model=<preset> (conf/model)")
     cluster: ClusterConfig = setting(ClusterConfig(), "cluster=<preset> (conf/cluster)")
     cost: CostConfig = setting(AnalyticCost(), "cost=<source> (conf/cost)")

@@ -31,7 +31,7 @@ def schema_nodes() -> list[tuple[str | None, str, dict]]:
     out += [("cost", f"{source}_schema", defaults_of(cls)) for source, cls in COST_SOURCES.items()]
     out += [("experiment", f"{name}_schema", defaults_of(cls)) for name, cls in EXPERIMENTS.items()]
     top = defaults_of(Config)
-    out.append((None, "config_schema", {k: top[k] for k in (*TOP_KEYS, "sim")}))
+    out.append((None, "config_schema", {k: top[k] for k in (*TOP_KEYS, "sim", "layout")}))
     return out
 
 
