@@ -70,15 +70,15 @@ def valid_tp(model: ModelSpec, limit: int) -> list[int]:
 
 def check_pinned_tp(model: ModelSpec, tp: int, gpus_per_node: int, across_nodes: bool) -> None:
     """A pinned layout.tp must divide the model's TP dimensions and fit a node (unless asked)."""
+    if tp > gpus_per_node and not across_nodes:
+        raise ConfigError(f"layout.tp={tp} exceeds a node ({gpus_per_node} GPUs): TP across "
+                          f"nodes runs on the inter-node link; set layout.tp <= {gpus_per_node} "
+                          "or layout.tp_across_nodes=true")
     bad = [f"{name} ({v})" for name, v in tp_dimensions(model).items() if v % tp]
     if bad:
         ok = ", ".join(str(t) for t in valid_tp(model, max(gpus_per_node, tp)))
         raise ConfigError(f"layout.tp={tp} does not divide the model's {', '.join(bad)}; "
                           f"valid tp: {ok}")
-    if tp > gpus_per_node and not across_nodes:
-        raise ConfigError(f"layout.tp={tp} exceeds a node ({gpus_per_node} GPUs): TP across "
-                          f"nodes runs on the inter-node link; set layout.tp <= {gpus_per_node} "
-                          "or layout.tp_across_nodes=true")
 
 
 def _divisors(n: int) -> list[int]:
