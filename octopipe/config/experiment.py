@@ -102,6 +102,40 @@ class TabularExperiment(ExperimentConfig):
     steps: Steps = setting(REQUIRED, "the 3x3 grid's levels")
 
 
+@dataclass(frozen=True, kw_only=True)
+class HandLayout:
+    """A widely used hand layout of one case, simulated the same way as the search's."""
+
+    tp: int = setting(REQUIRED, "tensor-parallel degree", ge=1)
+    pp: int = setting(REQUIRED, "pipeline-parallel degree", ge=1)
+    dp: int = setting(REQUIRED, "data-parallel degree", ge=1)
+    micro_batch_size: int = setting(1, "sequences per micro-batch", ge=1)
+    schedule: str = setting("1f1b", "named schedule (even stages)")
+    chunks: int | None = setting(None, "stages per device (interleaved); null: the schedule's own",
+                                 ge=1)
+    recompute: Literal["none", "selective", "full"] = setting("none", "recomputation, every stage")
+    source: str = setting("", "where the layout comes from")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutCase:
+    """One model on one cluster (experiment=layouts)."""
+
+    model: str = setting(REQUIRED, "model preset")
+    cluster: str = setting(REQUIRED, "cluster preset")
+    gpus: int | None = setting(None, "GPUs of the cluster to use; null: all", ge=1)
+    global_batch: int = setting(REQUIRED, "sequences per iteration", ge=1)
+    hand: HandLayout = setting(REQUIRED, "the hand layout to compare with")
+    exhaustive: bool = setting(False, "also tune every feasible layout (the oracle)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutsExperiment(ExperimentConfig):
+    """experiment=layouts: mode=layout's choice against hand layouts and exhaustive search."""
+
+    cases: tuple[LayoutCase, ...] = setting(REQUIRED, "the cases")
+
+
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
     "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
-    "suite": ExperimentConfig, "suite_large": ExperimentConfig}
+    "layouts": LayoutsExperiment, "suite": ExperimentConfig, "suite_large": ExperimentConfig}
