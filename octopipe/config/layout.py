@@ -39,6 +39,9 @@ class LayoutConfig:
     tune_iters: int = setting(2, "local-search iterations of each tune() call (deterministic: "
                                  "no clock)", ge=1)
     tune_chunks: int = setting(2, "largest stages per device among each tune()'s starts", ge=1)
+    tune_microbatches: int = setting(
+        16, "the planner searches at most this many micro-batches; its best policy (partition, "
+            "placement, order rules) is then list-scheduled at the layout's count", ge=1)
 
     def __post_init__(self) -> None:
         check(self, "layout.")

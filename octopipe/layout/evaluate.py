@@ -16,6 +16,7 @@ input-gradient pass, before its backward.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -37,7 +38,8 @@ from octopipe.sim.result import SimResult
 from octopipe.sim.simulator import Simulator
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.baselines import run_baselines
-from octopipe.tune.candidate import Problem
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.freeze import to_plan
 
 LEVELS = ("none", "selective", "full")
 
@@ -134,29 +136,57 @@ class LayoutEvaluator:
                                    "estimated", best.name), level
         return None
 
-    def tune(self, layout: Layout, level: str) -> Evaluation | None:
-        """The tuner's plan at `level` (a small, clock-free budget), recomputation then lowered
-        per stage where memory allows; None when nothing fits."""
+    def tune(self, layout: Layout, level: str, fallback: Evaluation | None = None) -> Evaluation | None:
+        """The tuner's plan at `level` (a small, clock-free budget, searched at up to
+        `layout.tune_microbatches` micro-batches and list-scheduled at the layout's count),
+        recomputation then lowered per stage where memory allows; `fallback` (the estimate)
+        when it is faster; None when nothing fits."""
         cfg = self.cfg
         tuner = dict(time_budget_s=600.0, max_iters=cfg.tune_iters, patience=cfg.tune_iters,
                      polish_s=0.0, ilp=False, finalists=2, smt_max_actions=1, shard_layers="off",
                      max_chunks=cfg.tune_chunks)
+        costs, cl = self.costs(layout, level), self.grid.pipeline(layout)
+        m_tune = min(layout.microbatches, cfg.tune_microbatches)
         try:
-            res = tune(self.costs(layout, level), self.grid.pipeline(layout), layout.pp,
-                       layout.microbatches, TuneOptions(tuner, semantics=self.semantics,
-                                                        seed=self.seed, model=self.model.name))
+            res = tune(costs, cl, layout.pp, m_tune, TuneOptions(
+                tuner, semantics=self.semantics, seed=self.seed, model=self.model.name))
+        except InfeasibleError:
+            return fallback
+        plan = res.plan if m_tune == layout.microbatches else self.rescale(layout, costs, res.plan)
+        if plan is None:
+            return fallback
+        levels = self.relax(layout, plan, (level,) * len(plan.partition))
+        got = self.finish(layout, plan, levels, "tuned", str(plan.meta.get("candidate", "octopipe")))
+        if got.sim.over_capacity:
+            return fallback
+        return got if fallback is None or got.iteration_s <= fallback.iteration_s else \
+            replace(fallback, how="tuned")
+
+    def rescale(self, layout: Layout, costs: CostTable, plan: Plan) -> Plan | None:
+        """The tuned policy of `plan` (searched at fewer micro-batches) list-scheduled at the
+        layout's count; None for a plan without a policy (a named schedule won) or that does not
+        complete."""
+        pol = plan.meta.get("policy")
+        if not pol:
+            return None
+        inflight = math.inf if pol["inflight"] is None else float(pol["inflight"])
+        cand = Candidate(plan.partition, tuple(plan.placement), bool(pol["split_backward"]),
+                         inflight, tuple(pol["kind_rank"]), int(pol["f_tiebreak"]),
+                         int(pol["b_tiebreak"]), float(pol["w_pressure"]))
+        problem = Problem.build(costs, self.grid.pipeline(layout), layout.pp, layout.microbatches,
+                                self.semantics)
+        try:
+            return to_plan(problem, cand, model=self.model.name,
+                           meta={**plan.meta, "tuned_at_microbatches": plan.table.n_microbatches})
         except InfeasibleError:
             return None
-        plan = res.plan
-        levels = self.relax(layout, plan, (level,) * len(plan.partition))
-        return self.finish(layout, plan, levels, "tuned", str(plan.meta.get("candidate", "octopipe")))
 
     def fixed(self, layout: Layout, schedule: str, chunks: int | None, level: str) -> Evaluation | None:
         """A hand layout: the named schedule on even stages at one recomputation level (None
         when it does not fit memory or deadlocks)."""
         table = build_schedule(schedule, layout.pp, layout.microbatches, chunks=chunks)
         plan = Plan(Partition.uniform(self.model.n_layers, table.n_stages), table,
-                    layout.microbatches, meta={"origin": f"hand: {schedule}"})
+                    model=self.model.name, meta={"origin": f"hand: {schedule}"})
         try:
             ev = self.finish(layout, plan, (level,) * table.n_stages, "hand", table.name)
         except DeadlockError:

@@ -92,7 +92,7 @@ def search(model: ModelSpec, grid: Grid, cost: AnalyticCost, cfg: LayoutConfig, 
         if not cfg.exhaustive and bounds[L] >= min(best_tuned, best_est):
             pruned += 1
             continue
-        got = ev.tune(L, estimates[L][1])
+        got = ev.tune(L, estimates[L][1], estimates[L][0])
         if got is not None:
             tuned[L] = got
             best_tuned = min(best_tuned, got.iteration_s)
