@@ -15,7 +15,7 @@ from rich.table import Table
 
 from octopipe.config.experiment import LayoutCase, LayoutsExperiment
 from octopipe.config.presets import preset
-from octopipe.errors import ConfigError
+from octopipe.errors import ConfigError, InfeasibleError
 from octopipe.layout import Grid, Layout, LayoutEvaluator, search
 from octopipe.layout.evaluate import LEVELS, Evaluation
 from octopipe.model.build import build_model
@@ -48,7 +48,13 @@ def run_case(case: LayoutCase, inputs: Inputs) -> dict:
     grid = Grid.of(preset("cluster", case.cluster), case.gpus)
     lc = replace(cfg.layout, global_batch=case.global_batch, gpus=case.gpus)
     t0 = time.perf_counter()
-    found = search(model, grid, cfg.cost, lc, cfg.seed)
+    try:
+        found = search(model, grid, cfg.cost, lc, cfg.seed)
+    except InfeasibleError as e:
+        return {"model": model.name, "cluster": grid.gpus.name, "gpus": grid.n_gpus,
+                "global_batch": case.global_batch, "status": "infeasible", "reason": str(e),
+                "chosen": None, "hand": None, "exhaustive": None, "speedup_vs_hand": None,
+                "chosen_vs_exhaustive": None}
     search_s = time.perf_counter() - t0
     ev = LayoutEvaluator(model, grid, cfg.cost, lc, cfg.seed)
     hand, hand_note = hand_evaluation(case, ev)
@@ -57,7 +63,8 @@ def run_case(case: LayoutCase, inputs: Inputs) -> dict:
         oracle = search(model, grid, cfg.cost, replace(lc, exhaustive=True), cfg.seed)
     best = found.best
     out = {"model": model.name, "cluster": grid.gpus.name, "gpus": grid.n_gpus,
-           "global_batch": case.global_batch, "chosen": best.row(), "search_s": search_s,
+           "global_batch": case.global_batch, "status": "ok", "chosen": best.row(),
+           "search_s": search_s,
            "candidates_evaluated": found.candidates_evaluated,
            "hand": hand.row() if hand is not None else None,
            "hand_layout": {"schedule": case.hand.schedule, "chunks": case.hand.chunks,
@@ -85,6 +92,10 @@ def report_table(cases: list[dict]) -> Table:
     for c in cases:
         sp = c["speedup_vs_hand"]
         ex = c["chosen_vs_exhaustive"]
+        if c["status"] != "ok":
+            table.add_row(c["model"], f"{c['gpus']} {c['cluster']}", "[yellow]fits no layout[/]",
+                          "—", "—", "—", "—")
+            continue
         table.add_row(c["model"], f"{c['gpus']} {c['cluster']}", _short(c["chosen"]),
                       _short(c["hand"]), f"{sp:.2f}×" if sp else "—", _short(c["exhaustive"]),
                       f"{ex:.3f}" if ex else "—")
@@ -96,6 +107,10 @@ def markdown(cases: list[dict]) -> str:
              "|---|---|---|---|---|---|---|"]
     for c in cases:
         sp, ex = c["speedup_vs_hand"], c["chosen_vs_exhaustive"]
+        if c["status"] != "ok":
+            lines.append(f"| {c['model']} | {c['gpus']} ({c['cluster']}) | fits no layout: "
+                         f"{c['reason']} | | | | |")
+            continue
         lines.append(f"| {c['model']} | {c['gpus']} ({c['cluster']}) | {_short(c['chosen'])} | "
                      f"{_short(c['hand'])} | {f'{sp:.2f}x' if sp else '-'} | "
                      f"{_short(c['exhaustive'])} | {f'{ex:.3f}' if ex else '-'} |")
