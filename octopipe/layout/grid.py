@@ -2,7 +2,8 @@
 a cluster, node by node. Pipeline rank r holds the block of tp·dp consecutive GPUs from
 r·tp·dp; its device kind is the slowest in that block (a replica runs at its slowest GPU's
 pace), and pipeline transfers cross nodes when consecutive blocks do. A DP group (the replicas
-of one tp rank of one stage) runs on NVLink inside a node and on the inter-node link otherwise.
+of one tp rank of one stage) runs on NVLink inside a node and on the inter-node link otherwise;
+a TP group larger than a node (layout.tp_across_nodes) runs on the inter-node link.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class Grid:
         full = cluster_from_config(c, pp=None, tp=1)
         n = full.n_devices if n_gpus is None else n_gpus
         if not 1 <= n <= full.n_devices:
-            raise ConfigError(f"layout.gpus={n_gpus}: cluster {c.name!r} has {full.n_devices} GPUs")
+            raise ConfigError(f"layout.gpus={n_gpus}: cluster {c.name!r} has {full.n_devices} GPUs; "
+                              f"choose 1 to {full.n_devices} or a larger cluster")
         return cls(Cluster(full.name, full.kinds, full.device_kind[:n],
                            tuple(r // c.gpus_per_node for r in range(n)), full.intra_link,
                            full.inter_link), c.gpus_per_node)
@@ -61,8 +63,3 @@ class Grid:
         """The link of pipeline rank `rank`'s DP groups (None when dp = 1)."""
         start = self.block(layout, rank).start
         return group_link(self.gpus, [start + k * layout.tp for k in range(layout.dp)])
-
-    def tp_link(self, layout: Layout) -> Link:
-        """The TP groups' link: NVLink when a group fits a node, else the inter-node link."""
-        return self.gpus.intra_link if layout.tp <= self.gpus_per_node else self.gpus.inter_link
-
