@@ -2,6 +2,12 @@
 import numpy as np
 import pytest
 
+from octopipe.cluster import Cluster, DeviceKind, Link
+from octopipe.cost.analytic import AnalyticCostModel
+from octopipe.cost.collectives import dp_sync_seconds
+from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.spec import ModelSpec
+from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim import Simulator
 from octopipe.sim.durations import with_grad_sync
@@ -38,3 +44,26 @@ def test_interleaved_sync_overlaps_the_cool_down_or_waits_for_it():
         no = sim.run(with_grad_sync(sim.durations, [g] * 4, False))
         assert no.makespan == pytest.approx(t + 2 * g)
         assert no.makespan >= ov.makespan
+
+
+def test_tp_collectives_and_dp_sync_in_the_iteration_closed_form():
+    """4 identical MLP layers, 2 stages, 1F1B, free pipeline links: the iteration is
+    (m + p - 1)(F + B) with F, B holding the TP all-reduces, plus the first stage's DP sync."""
+    h, f, s, p, m, tp, dp = 1024, 4096, 2048, 2, 4, 4, 2
+    model = ModelSpec("mlps", tuple(LayerSpec(LayerKind.MLP, h, ffn=f) for _ in range(4)), s, 1)
+    nv, free = Link("nv", 450e9, 3e-6), Link("free", 1e30, 0.0)
+    dev = DeviceKind("H100-SXM", 989.4e12, 80e9, 3350e9)
+    cl = Cluster("c", (dev,), (0, 0), (0, 1), nv, free)
+    on = AnalyticCostModel(tp=tp, dp=dp, zero=1).table(model, cl)
+    off = AnalyticCostModel(tp=tp, dp=dp, zero=1, tp_collectives=False).table(model, cl)
+    ar = 2 * (tp - 1) * 3e-6 + 2 * (tp - 1) / tp * 2.0 * s * h / 450e9     # one ring all-reduce
+    plan = Plan(Partition.uniform(4, p), one_f_one_b_table(p, m))
+    sim = Simulator(plan, on, cl)
+    stage_f = 2 * (off.f[0, 0] + ar)
+    stage_b = 2 * (off.i[0, 0] + ar + off.w[0, 0])
+    t = (m + p - 1) * (stage_f + stage_b)
+    assert sim.run().makespan == pytest.approx(t, rel=1e-9)
+    g = dp_sync_seconds(2 * model.layers[0].ffn * h * 3 / tp, dp, nv, zero=1)   # 2 layers of 3hf
+    assert g == pytest.approx(2 * ((dp - 1) * 3e-6) + (dp - 1) / dp * (2 * 3 * h * f / tp) * (4 + 2) / 450e9)
+    res = sim.run(with_grad_sync(sim.durations, [g, g], overlap=True))
+    assert res.makespan == pytest.approx(t + g, rel=1e-9)
