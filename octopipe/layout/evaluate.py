@@ -124,11 +124,15 @@ class LayoutEvaluator:
         """The best named schedule (uniform and DP-balanced partitions) at the least
         recomputation that fits, with that level; None when no level fits."""
         cl = self.grid.pipeline(layout)
+        tried: CostTable | None = None
         for level in self.levels:
+            costs = self.costs(layout, level)
+            if tried is not None and _same(costs, tried):
+                continue             # selective = none under flash attention: nothing to drop
+            tried = costs
             if not self.fits_floor(layout, level):
                 continue
-            problem = Problem.build(self.costs(layout, level), cl, layout.pp, layout.microbatches,
-                                    self.semantics)
+            problem = Problem.build(costs, cl, layout.pp, layout.microbatches, self.semantics)
             ok = [b for b in run_baselines(problem, self.model.name) if b.feasible]
             if ok:
                 best = min(ok, key=lambda b: b.makespan_s)
@@ -284,3 +288,8 @@ class LayoutEvaluator:
                           float(np.max(full.peak_memory)), float(full.bubble_ratio),
                           float(bare.makespan - no_tp.makespan), float(t - bare.makespan),
                           self.lower_bound(layout), how, schedule, plan, full)
+
+
+def _same(a: CostTable, b: CostTable) -> bool:
+    """Two levels' tables with the same times and activation bytes."""
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("f", "i", "w", "act_bytes"))
