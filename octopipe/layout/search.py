@@ -15,7 +15,7 @@ Every step is clock-free and seeded, so a seed gives one result.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from octopipe.config.cost import AnalyticCost
@@ -81,7 +81,7 @@ def search(model: ModelSpec, grid: Grid, cost: AnalyticCost, cfg: LayoutConfig, 
         estimates[L] = got
         best_est = min(best_est, got[0].iteration_s)
     if not estimates:
-        raise InfeasibleError(_what_would_fit(model, grid, cost, cfg, len(layouts)))
+        raise InfeasibleError(_what_would_fit(model, grid, cost, cfg, layouts))
     tuned: dict[Layout, Evaluation] = {}
     queue = sorted(estimates, key=lambda L: _key(estimates[L][0]))
     cap = len(queue) if cfg.exhaustive else cfg.tuned
@@ -104,18 +104,27 @@ def search(model: ModelSpec, grid: Grid, cost: AnalyticCost, cfg: LayoutConfig, 
 
 
 def _what_would_fit(model: ModelSpec, grid: Grid, cost: AnalyticCost, cfg: LayoutConfig,
-                    n_layouts: int) -> str:
+                    layouts: list[Layout]) -> str:
     """One line: the model fits no layout, and what would (more GPUs, ZeRO, recomputation)."""
     params = sum(layer_params(x) for x in model.layers)
     cap = min(grid.gpus.kinds[k].memory_bytes for k in set(grid.gpus.device_kind))
     now = params * static_bytes_per_param(cost.bytes_per_param, 1, 0, cost.grad_bytes)
-    gpus = math.ceil(now / cap)
-    hints = [f"at least {gpus} GPUs of {cap / 1e9:.0f} GB for the weights, gradients and "
-             f"optimizer state alone ({now / 1e9:.0f} GB)"]
-    if cfg.zero < 2:
-        hints.append("layout.zero=2 (gradients and optimizer state / dp)")
-    if "full" not in cfg.recompute:
-        hints.append("full recomputation (layout.recompute=[none,selective,full])")
-    hints.append("a smaller layout.micro_batch_sizes or global batch")
-    return (f"{model.name} fits no layout on {grid.n_gpus} GPUs ({n_layouts} layouts tried, "
+    need = math.ceil(now / cap)
+    hints = [f"at least {need} GPUs of {cap / 1e9:.0f} GB (the weights, gradients and optimizer "
+             f"state alone take {now / 1e9:.0f} GB without ZeRO)"] if need > grid.n_gpus else []
+    options = (("full recomputation (layout.recompute=[none,selective,full])", cfg.zero, "full"),
+               ("layout.zero=2", 2, cfg.recompute[-1] if cfg.recompute else "none"),
+               ("layout.zero=2 with full recomputation", 2, "full"))
+    for text, zero, level in options:
+        if zero == cfg.zero and level in cfg.recompute:
+            continue                                    # what was already tried
+        lean = LayoutEvaluator(model, grid, cost, replace(cfg, zero=zero, recompute=(level,)))
+        fits = [L for L in layouts if lean.fits_floor(L, level)]
+        if fits:
+            hints.append(f"{text} (e.g. {fits[0].label()} then passes the memory floor)")
+            break
+    else:
+        hints.append("ZeRO-2 and full recomputation do not suffice here")
+    hints.append("a smaller micro-batch size")
+    return (f"{model.name} fits no layout on {grid.n_gpus} GPUs ({len(layouts)} layouts tried, "
             f"global batch {cfg.global_batch}); would fit with: {'; '.join(hints)}")

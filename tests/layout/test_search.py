@@ -54,7 +54,13 @@ def test_a_model_that_fits_no_layout_says_what_would():
                                               r"\d+ GPUs") as e:
         search(model("llama3_70b"), grid("h100_1x8", 1), AnalyticCost(),
                LayoutConfig(global_batch=4, micro_batch_sizes=(1,)))
-    assert "layout.zero=2" in str(e.value) and "\n" not in str(e.value)
+    assert "ZeRO-2 and full recomputation do not suffice" in str(e.value)
+    assert "\n" not in str(e.value)
+    # Llama-3 8B on 2 GPUs: 72 GB of Adam state per GPU leaves no room for activations unless
+    # they are recomputed
+    with pytest.raises(InfeasibleError, match=r"would fit with: .*; full recomputation"):
+        search(model("llama3_8b"), grid("h100_1x8", 2), AnalyticCost(),
+               LayoutConfig(global_batch=2, micro_batch_sizes=(1,), zero=0, recompute=("none",)))
 
 
 @pytest.mark.parametrize("name,gpus,gb", [("tiny_hybrid", 4, 8), ("tiny_moe", 4, 8)])
