@@ -58,7 +58,7 @@ def test_a_model_that_fits_no_layout_says_what_would():
     assert "\n" not in str(e.value)
     # Llama-3 8B on 2 GPUs: 72 GB of Adam state per GPU leaves no room for activations unless
     # they are recomputed
-    with pytest.raises(InfeasibleError, match=r"would fit with: .*; full recomputation"):
+    with pytest.raises(InfeasibleError, match=r"would fit with: full recomputation"):
         search(model("llama3_8b"), grid("h100_1x8", 2), AnalyticCost(),
                LayoutConfig(global_batch=2, micro_batch_sizes=(1,), zero=0, recompute=("none",)))
 
