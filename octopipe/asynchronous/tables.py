@@ -146,6 +146,54 @@ def async_schedule(rule: Rule | str, n_stages: int, n_microbatches: int,
     return AsyncSchedule(table, rule, w, tuple(_events(rows, rule, w, n_microbatches)))
 
 
+def localsgd_rows(n_stages: int, n_microbatches: int, replicas: int,
+                  local_steps: int) -> list[list[Action | None]]:
+    """LocalSGD-1F1B at unit ticks (Ilin & Richtárik): micro-batch k belongs to replica
+    k mod R; a round is R·H micro-batches (H local steps per replica); F(s, k) waits for
+    B(s, k-R) (the replica's previous local step at that stage) and, in a new round, for stage
+    0's last backward of the previous round (the averaging barrier); 1F1B picking otherwise
+    (a ready B first until the steady state, then alternate)."""
+    check_stream("localsgd", n_stages, n_microbatches)
+    if replicas < 1 or local_steps < 1:
+        raise ScheduleError(f"localsgd: replicas and local_steps must be >= 1, got {replicas}, {local_steps}")
+    S, M, R = n_stages, n_microbatches, replicas
+    rnd = R * local_steps
+    f_done = [[-1] * M for _ in range(S)]
+    b_done = [[-1] * M for _ in range(S)]
+    steady, prefer_b = [False] * S, [False] * S
+    nf, nb = [0] * S, [0] * S
+    rows: list[list[Action | None]] = [[] for _ in range(S)]
+    t = 0
+    while b_done[0][M - 1] == -1:
+        ops: list[Action | None] = [None] * S
+        for s in range(S):
+            rf = rb = None
+            k = nf[s]
+            if k < M:
+                ok = k % rnd < R or -1 < b_done[s][k - R] < t
+                ok = ok and (k < rnd or -1 < b_done[0][(k // rnd) * rnd - 1] < t)
+                if ok and (s == 0 or -1 < f_done[s - 1][k] < t):
+                    rf = k
+            k = nb[s]
+            if k < M and -1 < f_done[s][k] < t and (s == S - 1 or -1 < b_done[s + 1][k] < t):
+                rb = k
+            if rb is not None and (not steady[s] or prefer_b[s] or rf is None):
+                ops[s], steady[s], prefer_b[s] = Action(s, B, rb), True, False
+            elif rf is not None:
+                ops[s] = Action(s, F, rf)
+                prefer_b[s] = steady[s]
+        for s, a in enumerate(ops):
+            if a is not None:
+                (f_done if a.kind is F else b_done)[s][a.microbatch] = t
+                if a.kind is F:
+                    nf[s] += 1
+                else:
+                    nb[s] += 1
+            rows[s].append(a)
+        t += 1
+    return rows
+
+
 def schedule_versions(table: ScheduleTable, rule: Rule | str = Rule.PD, window: int = 1) -> AsyncSchedule:
     """The read versions of any one-stage-per-device table of full (B) or split (I, W)
     backwards under `rule` (the update follows B, or W when the backward is split)."""
@@ -219,5 +267,5 @@ def _held(events: Sequence[Event], stage: int) -> int:
 
 
 __all__ = ["ASYNC_SCHEDULES", "AsyncSchedule", "Event", "Rule", "async_schedule", "check_stream",
-           "refuse_flushing",
+           "localsgd_rows", "refuse_flushing",
            "schedule_versions", "tick_rows"]
