@@ -159,7 +159,8 @@ def run(inputs: Inputs) -> Result:
     for S in (*ex.stages, *ex.lm_stages):
         if S > n_dev or S > inputs.costs.n_layers:
             raise ConfigError(f"experiment.stages: S={S} needs {S} devices and layers; cluster "
-                              f"{inputs.cluster.name!r} has {n_dev}, the model {inputs.costs.n_layers} layers")
+                              f"{inputs.cluster.name!r} has {n_dev} (set pp >= {S}), the model "
+                              f"{inputs.costs.n_layers} layers")
     for M in (ex.microbatches, ex.lm_microbatches):
         if M < 2 * max((*ex.stages, *ex.lm_stages)):
             raise ConfigError(f"experiment.microbatches={M}: the stream needs at least 2·S micro-batches "
