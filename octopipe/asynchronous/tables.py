@@ -105,7 +105,8 @@ def refuse_flushing(name: str | None, mode: str) -> None:
     if name in ASYNC_SCHEDULES:
         raise ConfigError(f"schedule={name}: {mode} flushes every iteration (one synchronous "
                           f"gradient step), so it cannot run {name}'s asynchronous updates; use "
-                          f"mode=simulate, or experiment=pipedream for the asynchronous training")
+                          f"mode=simulate, or experiment=pipedream, which trains it on the runtime "
+                          f"(octopipe.asynchronous.runtime.WeightStash)")
 
 
 def tick_rows(table: ScheduleTable) -> list[list[Action | None]]:

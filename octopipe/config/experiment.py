@@ -121,7 +121,15 @@ class PipeDreamExperiment(ExperimentConfig):
     delay_per_stage: int = setting(10, "the delay-law stream has this many micro-batches per stage",
                                    ge=10)
     eval_points: int = setting(20, "objective evaluations along each clock", ge=2)
-    quick: bool = setting(False, "a small run for tests: S=4, short streams, two step sizes")
+    runtime: bool = setting(True, "also run PD on the torch.distributed runtime: exactness "
+                                  "against its replay and throughput against flushed 1F1B")
+    runtime_model: str = setting("tiny_hybrid", "model preset the runtime trains")
+    runtime_stages: int = setting(2, "runtime ranks (one stage each)", ge=2)
+    runtime_microbatches: int = setting(16, "the runtime's stream of micro-batches", ge=2)
+    runtime_lr: float = setting(0.05, "the runtime's SGD step size", gt=0)
+    runtime_repeats: int = setting(3, "timed runs of each of PD and flushed 1F1B", ge=1)
+    quick: bool = setting(False, "a small run for tests: S=4, short streams, two step sizes, "
+                                 "no runtime part")
 
 
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {

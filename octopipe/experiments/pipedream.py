@@ -20,15 +20,22 @@ import numpy as np
 from octopipe.asynchronous import optimizers as op
 from octopipe.asynchronous.clocks import Clock, Machine, clock_of
 from octopipe.asynchronous.objectives import OBJECTIVES, make_objective
+from octopipe.asynchronous.runtime import WeightStash, replay
 from octopipe.asynchronous.staleness import (Delays, delay_by_stages, delay_law, law_residuals,
                                              plot_delay_law, read_delays)
 from octopipe.asynchronous.tables import AsyncSchedule, async_schedule, localsgd_rows, tick_rows
 from octopipe.config.experiment import PipeDreamExperiment
+from octopipe.config.presets import preset
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.model.build import build_model
 from octopipe.errors import ConfigError
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
+from octopipe.plan import Plan, uniform_partition
 from octopipe.progress import track_cases
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import execute
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b
 
 PAPER = {"quadratic": "pd", "logistic": "localsgd", "char_lm": "pd"}
@@ -178,6 +185,8 @@ def run(inputs: Inputs) -> Result:
         grid = ex.lm_lr_grid if name == "char_lm" else ex.lr_grid
         results.setdefault(name, {})[S] = study(name, S, settings[(S, M)], ex, grid)
     summary = _summary(ex, stats, residuals, results, settings)
+    if ex.runtime:
+        summary.update(runtime_check(ex, inputs.config.seed))
     summary["wall_s"] = time.perf_counter() - t0
     report = _report(ex, summary, results, inputs)
     artifacts: list[Artifact] = [
@@ -189,7 +198,7 @@ def run(inputs: Inputs) -> Result:
 
 
 def _quick(ex: PipeDreamExperiment) -> PipeDreamExperiment:
-    return replace(ex, stages=(4,), lm_stages=(4,), microbatches=40, lm_microbatches=16,
+    return replace(ex, stages=(4,), lm_stages=(4,), microbatches=40, lm_microbatches=16, runtime=False,
                    lr_grid=ex.lr_grid[1:3], lm_lr_grid=ex.lm_lr_grid[:1], local_steps=ex.local_steps[:2],
                    delay_stages=tuple(s for s in ex.delay_stages if s <= 16), eval_points=5)
 
@@ -219,8 +228,61 @@ def _summary(ex, stats, residuals, results, settings) -> dict:
                                          for (S, M), st in settings.items() if M == ex.microbatches},
             "bound": {name: {S: r["bound"] for S, r in by_s.items()} for name, by_s in results.items()},
             "runtime_max_rel_err": None, "runtime_throughput_vs_1f1b": None,
-            "runtime_note": "the torch.distributed runtime does not run asynchronous schedules yet "
-                            "(mode=execute refuses them); see the issue's closing note"}
+            "runtime_note": "runtime part not run (experiment.runtime=false or quick)"}
+
+
+def runtime_check(ex: PipeDreamExperiment, seed: int) -> dict:
+    """PD on the torch.distributed runtime (gloo, CPU, strict order): its losses and final
+    weights against the single-process replay, and micro-batches per second against 1F1B
+    flushed every S micro-batches (one synchronous SGD step per window) on the same ranks."""
+    model = build_model(preset("model", ex.runtime_model))
+    S, M = ex.runtime_stages, ex.runtime_microbatches
+    if M % S:
+        raise ConfigError(f"experiment.runtime_microbatches={M} must be a multiple of runtime_stages={S} "
+                          "(the flushed 1F1B baseline runs windows of S)")
+    part = uniform_partition(model.n_layers, S)
+    sched = async_schedule("pd", S, M)
+    table = sched.table.compact()
+    base = RuntimeConfig(dispatch="strict", iterations=1, warmup=0, lr=ex.runtime_lr, timeout_s=600.0)
+    pd_job = Job(Plan(part, table, model.name), model, base, seed=seed,
+                 weights=WeightStash(sched, ex.runtime_lr))
+    flushed = Job(Plan(part, one_f_one_b(S, S), model.name), model,
+                  replace(base, iterations=M // S), seed=seed)
+    pd_rate, sync_rate, err = [], [], 0.0
+    ref = replay(model, part, sched, ex.runtime_lr, seed)
+    for _ in range(ex.runtime_repeats):
+        got = execute(pd_job)
+        err = max(err, _rel_err(got, ref))
+        pd_rate.append(M / _span(got))
+        sync_rate.append(M / _span(execute(flushed)))
+    ratio = np.asarray(pd_rate) / np.asarray(sync_rate)
+    return {"runtime_max_rel_err": err, "runtime_throughput_vs_1f1b": float(ratio.mean()),
+            "runtime": {"model": model.name, "ranks": S, "microbatches": M, "repeats": ex.runtime_repeats,
+                        "pd_microbatches_per_s": pd_rate, "flushed_1f1b_microbatches_per_s": sync_rate,
+                        "ratio_mean": float(ratio.mean()), "ratio_std": float(ratio.std()),
+                        "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())},
+            "runtime_note": f"PD on {S} gloo ranks (CPU, strict order) over a stream of {M} micro-batches "
+                            f"of {model.name}, against 1F1B flushed every {S} micro-batches (an SGD step per window); "
+                            f"time from the first action's start to the last action's end; "
+                            f"{ex.runtime_repeats} timed runs each"}
+
+
+def _span(res) -> float:
+    """First action start to last action end over every rank and iteration: flushes, barriers
+    and the optimizer steps between iterations included."""
+    acts = [e for ev in res.events for e in ev if "action" in e]
+    return max(e["end"] for e in acts) - min(e["start"] for e in acts)
+
+
+def _rel_err(got, ref) -> float:
+    """Largest relative error of the per-micro-batch losses and the final weights (norm-wise)."""
+    losses = got.microbatch_losses[0]
+    if set(losses) != set(ref.losses) or set(got.weights) != set(ref.weights):
+        raise ConfigError("the runtime's micro-batches or parameters differ from the replay's")
+    e = max(abs(losses[k] - ref.losses[k]) / abs(ref.losses[k]) for k in ref.losses)
+    for n, r in ref.weights.items():
+        e = max(e, float((got.weights[n] - r).norm() / r.norm()))
+    return e
 
 
 def _report(ex, summary, results, inputs) -> str:
@@ -259,7 +321,14 @@ def _report(ex, summary, results, inputs) -> str:
           "| S | " + " | ".join(summary["timeline_ticks"]) + " |", "|---" * (len(summary["timeline_ticks"]) + 1) + "|"]
     for S in summary["timeline_ticks"].get("pd", {}):
         L.append(f"| {S} | " + " | ".join(str(v[S]) for v in summary["timeline_ticks"].values()) + " |")
-    L += ["", "## Runtime", "", summary["runtime_note"], ""]
+    L += ["", "## Runtime", "", summary["runtime_note"] + ".", ""]
+    if summary.get("runtime"):
+        r = summary["runtime"]
+        L += [f"- max relative error against the single-process replay: {summary['runtime_max_rel_err']:.2e}",
+              f"- PD micro-batches/s: {', '.join(f'{x:.1f}' for x in r['pd_microbatches_per_s'])}; flushed "
+              f"1F1B: {', '.join(f'{x:.1f}' for x in r['flushed_1f1b_microbatches_per_s'])}",
+              f"- throughput PD / flushed 1F1B: {r['ratio_mean']:.3f} ± {r['ratio_std']:.3f} "
+              f"(min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f})", ""]
     return "\n".join(L)
 
 
