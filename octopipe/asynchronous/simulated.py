@@ -7,7 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from octopipe.asynchronous.tables import ASYNC_SCHEDULES, AsyncSchedule, Rule, schedule_versions
+from octopipe.asynchronous.tables import (ASYNC_SCHEDULES, AsyncSchedule, Rule, check_stream,
+                                         schedule_versions)
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b
@@ -31,6 +32,7 @@ def versions_of(table: ScheduleTable) -> AsyncSchedule:
     """The read versions of a named asynchronous table (2BW's window: one update per pp)."""
     rule = ASYNC_SCHEDULES[table.name]
     window = table.n_devices if rule is Rule.TWO_BW else 1
+    check_stream(table.name, table.n_devices, table.n_microbatches, window)
     return schedule_versions(table, rule, window)
 
 

@@ -46,7 +46,9 @@ def run_and_replay(model, S, M, rule, split_backward):
 
 
 @pytest.mark.parametrize("model, rule, split_backward", [
-    (tiny.hybrid(), "pd", False), (tiny.vlm(), "pd", True), (tiny.hybrid(), "2bw", True),
+    (tiny.hybrid(), "pd", False), (tiny.vlm(), "pd", True),
+    pytest.param(tiny.hybrid(), "2bw", True, marks=pytest.mark.slow),
+    pytest.param(tiny.vlm(), "vsync", False, marks=pytest.mark.slow),
 ])
 def test_asynchronous_runtime_equals_its_replay(model, rule, split_backward):
     torch.manual_seed(0)
