@@ -91,6 +91,12 @@ class RealCompute:
             return self.weights.params(stage, mb)
         return [p for p in self.module(stage, mb).parameters() if p.requires_grad]
 
+    def _weight_iter(self, stage: int, mb: int):
+        """What the split-backward helpers walk: the module's parameters, or the stash's leaves."""
+        if self.weights is not None:
+            return iter(self.weights.params(stage, mb))
+        return self.module(stage, mb).parameters()
+
     def _take(self, stage: int, mb: int, params, grads) -> None:
         if self.weights is not None:
             self.weights.backward_done(stage, mb, grads)
@@ -121,7 +127,7 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             return None
         (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
-                                                      iter(self._params(stage, mb)))
+                                                      self._weight_iter(stage, mb))
         return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:
@@ -130,7 +136,7 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
-            stage_backward_weight(iter(params), sv.param_groups)
+            stage_backward_weight(self._weight_iter(stage, mb), sv.param_groups)
             if self.weights is not None:
                 self.weights.backward_done(stage, mb, [p.grad for p in params])
 
