@@ -136,6 +136,37 @@ class LayoutsExperiment(ExperimentConfig):
     cases: tuple[LayoutCase, ...] = setting(REQUIRED, "the cases")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PipeDreamExperiment(ExperimentConfig):
+    """experiment=pipedream: PD, RPD, LocalSGD and synchronous 1F1B at equal time budgets
+    (issue 15; Ilin & Richtárik 2026, published-systems.md §4)."""
+
+    objectives: tuple[str, ...] = setting(REQUIRED, "quadratic | logistic | char_lm")
+    stages: tuple[int, ...] = setting(REQUIRED, "stage counts S of the numpy objectives", ge=2)
+    lm_stages: tuple[int, ...] = setting(REQUIRED, "stage counts S of char_lm (a layer per stage)",
+                                         ge=2)
+    microbatches: int = setting(REQUIRED, "the stream M: PD's budget is M micro-batches' ticks", ge=2)
+    lm_microbatches: int = setting(REQUIRED, "M for char_lm", ge=2)
+    lr_grid: tuple[float, ...] = setting(REQUIRED, "step sizes tried, in units of 1/L", gt=0)
+    lm_lr_grid: tuple[float, ...] = setting(REQUIRED, "char_lm's step sizes (absolute)", gt=0)
+    local_steps: tuple[int, ...] = setting(REQUIRED, "LocalSGD's H (local steps per round)", ge=1)
+    replicas: int | None = setting(None, "LocalSGD's replicas; null: S", ge=1)
+    delay_stages: tuple[int, ...] = setting(REQUIRED, "S of the delay-law check", ge=2)
+    delay_per_stage: int = setting(10, "the delay-law stream has this many micro-batches per stage",
+                                   ge=10)
+    eval_points: int = setting(20, "objective evaluations along each clock", ge=2)
+    runtime: bool = setting(True, "also run PD on the torch.distributed runtime: exactness "
+                                  "against its replay and throughput against flushed 1F1B")
+    runtime_model: str = setting("tiny_hybrid", "model preset the runtime trains")
+    runtime_stages: int = setting(2, "runtime ranks (one stage each)", ge=2)
+    runtime_microbatches: int = setting(16, "the runtime's stream of micro-batches", ge=2)
+    runtime_lr: float = setting(0.05, "the runtime's SGD step size", gt=0)
+    runtime_repeats: int = setting(3, "timed runs of each of PD and flushed 1F1B", ge=1)
+    quick: bool = setting(False, "a small run for tests: S=4, short streams, two step sizes, "
+                                 "no runtime part")
+
+
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
     "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
-    "layouts": LayoutsExperiment, "suite": ExperimentConfig, "suite_large": ExperimentConfig}
+    "layouts": LayoutsExperiment, "pipedream": PipeDreamExperiment,
+    "suite": ExperimentConfig, "suite_large": ExperimentConfig}

@@ -64,6 +64,7 @@ from typing import Callable, Sequence
 
 from rich.table import Table
 
+from octopipe.asynchronous.tables import refuse_flushing
 from octopipe.cluster import Cluster
 from octopipe.config.cost import ProfiledCost
 from octopipe.config.presets import preset
@@ -188,6 +189,7 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
                               {**plan.meta, "source": f"schedule.file={path}"}, plan.shards))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
+        refuse_flushing(table.name, "mode=execute")   # issue 15: no silent flush
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
     return plans
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from octopipe.asynchronous import simulated as asim
 from octopipe.config.schema import Config
 from octopipe.config.sim import SimConfig
 from octopipe.errors import ConfigError
@@ -107,6 +108,11 @@ def run(inputs: Inputs) -> Result:
                "n_devices": table.n_devices, "n_stages": table.n_stages,
                "microbatches": table.n_microbatches, "partition": [list(p) for p in partition],
                **res.summary()}
+    if asim.is_async(table):   # issue 15: weight versions, their bytes, throughput vs 1F1B
+        summary["asynchronous"] = {
+            **asim.async_summary(table, res, asim.stage_param_bytes(costs, partition)),
+            **asim.throughput_vs_1f1b(table, asim.simulator_for(costs, cluster, partition),
+                                      {"seed": cfg.seed, **opts})}
     if cfg.sim.monte_carlo:
         if not jitter.active:
             raise ConfigError("sim.monte_carlo needs variability: set sim.jitter_cv > 0 or sim.slow_prob > 0")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+from torch.func import functional_call
 
 from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
@@ -34,9 +35,12 @@ class RealCompute:
     """Runs the real layers of the stages a rank holds."""
 
     def __init__(self, model: ModelSpec, partition, copies: tuple[tuple[int, int], ...], n_microbatches: int,
-                 seed: int, device: torch.device, mb_replica: tuple[int, ...] = ()) -> None:
+                 seed: int, device: torch.device, mb_replica: tuple[int, ...] = (),
+                 weights=None) -> None:
         """`copies` = the (replica, stage) pairs this rank holds; replica 0 is the primary
-        pipeline, others are Chimera-style copies with the same initial weights."""
+        pipeline, others are Chimera-style copies with the same initial weights. `weights`:
+        an asynchronous weight policy (octopipe.asynchronous.runtime.WeightStash; issue 15's
+        hook): forwards run at its versions, backwards hand it their gradients."""
         self.model, self.partition, self.m = model, partition, n_microbatches
         self.seed, self.device, self.mb_replica = seed, device, mb_replica
         self.n_stages = len(partition)
@@ -45,6 +49,10 @@ class RealCompute:
         self.iteration = 0
         self.losses: dict[int, float] = {}
         self._batches: dict[int, dict] = {}
+        self.weights = weights
+        for (_, s), mod in self.copies.items():
+            if weights is not None:
+                weights.bind(s, mod)
 
     def module(self, stage: int, mb: int) -> StageModule:
         return self.copies[(self.mb_replica[mb] if self.mb_replica else 0, stage)]
@@ -63,7 +71,9 @@ class RealCompute:
     def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
         if x is not None and x.is_floating_point():
             x = x.detach().requires_grad_(True)
-        h = self.module(stage, mb)(x, self.batch(mb))
+        mod = self.module(stage, mb)
+        h = (mod(x, self.batch(mb)) if self.weights is None else
+             functional_call(mod, self.weights.forward_params(stage, mb), (x, self.batch(mb))))
         if h._is_view():
             h = h.clone()   # the split backward detaches the output in place, which views forbid
         self.saved[(stage, mb)] = _Saved(x, h)
@@ -72,9 +82,26 @@ class RealCompute:
         return h.detach()
 
     def _grad_out(self, stage: int, grad: torch.Tensor | None) -> torch.Tensor:
-        if stage == self.n_stages - 1:
-            return torch.full((), 1.0 / self.m, device=self.device)
+        if stage == self.n_stages - 1:   # asynchronous: each update is SGD on one micro-batch
+            return torch.full((), 1.0 if self.weights is not None else 1.0 / self.m, device=self.device)
         return grad
+
+    def _params(self, stage: int, mb: int) -> list:
+        if self.weights is not None:
+            return self.weights.params(stage, mb)
+        return [p for p in self.module(stage, mb).parameters() if p.requires_grad]
+
+    def _weight_iter(self, stage: int, mb: int):
+        """What the split-backward helpers walk: the module's parameters, or the stash's leaves."""
+        if self.weights is not None:
+            return iter(self.weights.params(stage, mb))
+        return self.module(stage, mb).parameters()
+
+    def _take(self, stage: int, mb: int, params, grads) -> None:
+        if self.weights is not None:
+            self.weights.backward_done(stage, mb, grads)
+        else:
+            self._accumulate(params, grads)
 
     @staticmethod
     def _accumulate(params, grads) -> None:
@@ -87,11 +114,11 @@ class RealCompute:
 
     def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         sv = self.saved.pop((stage, mb))
-        params = [p for p in self.module(stage, mb).parameters() if p.requires_grad]
+        params = self._params(stage, mb)
         wants_input = sv.x_in is not None and sv.x_in.requires_grad
         inputs = ([sv.x_in] if wants_input else []) + params
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
-        self._accumulate(params, grads[1:] if wants_input else grads)
+        self._take(stage, mb, params, grads[1:] if wants_input else grads)
         return grads[0] if wants_input else None
 
     def backward_input(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
@@ -100,17 +127,18 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             return None
         (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
-                                                      self.module(stage, mb).parameters())
+                                                      self._weight_iter(stage, mb))
         return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:
         sv = self.saved.pop((stage, mb))
-        mod = self.module(stage, mb)
+        params = self._params(stage, mb)
         if sv.x_in is None or not sv.x_in.requires_grad:
-            params = [p for p in mod.parameters() if p.requires_grad]
-            self._accumulate(params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
+            self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
-            stage_backward_weight(mod.parameters(), sv.param_groups)
+            stage_backward_weight(self._weight_iter(stage, mb), sv.param_groups)
+            if self.weights is not None:
+                self.weights.backward_done(stage, mb, [p.grad for p in params])
 
     def sync_replicas(self, groups: dict[int, tuple[tuple[int, ...], object]], rank: int) -> None:
         """Sum each stage's gradients over its copies (Chimera replicas): locally, then with an

@@ -43,6 +43,7 @@ class Job:
     costs: CostTable | None = field(default=None, repr=False)
     cluster: Cluster | None = None
     fault: Fault | None = None
+    weights: object | None = None   # an asynchronous weight policy (asynchronous.runtime.WeightStash)
 
     @property
     def total_iterations(self) -> int:

@@ -37,6 +37,8 @@ class ExecutionResult:
     iteration_s: list[float] = field(default_factory=list)   # first action start to last action end
     wall_s: list[float] = field(default_factory=list)        # barrier release to every rank done
     table: ScheduleTable | None = None
+    microbatch_losses: list[dict[int, float]] = field(default_factory=list)  # per iteration
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)   # asynchronous: final weights
 
 
 def free_port() -> int:
@@ -147,7 +149,8 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
                    table.n_devices, init_method, config.backend, config.dispatch, config.compute,
                    job.total_iterations, job.seed, config.lr,
                    dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
-                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device)
+                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
+                   weights=job.weights)
 
 
 def _check(job: Job) -> ScheduleTable:
@@ -218,4 +221,5 @@ def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> Executio
         times.append(max(e["end"] for e in acts) - min(e["start"] for e in acts))
         marks = [e for ev in events for e in ev if e["it"] == it and "begin" in e]
         walls.append(max(e["finish"] for e in marks) - min(e["begin"] for e in marks))
-    return ExecutionResult(losses, grads, events, times, walls, table)
+    weights = {n: t for d in docs for n, t in d.get("weights", {}).items()}
+    return ExecutionResult(losses, grads, events, times, walls, table, per_it, weights)

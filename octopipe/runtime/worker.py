@@ -56,6 +56,7 @@ class RankJob:
     cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
     transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
     device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
+    weights: object | None = None   # asynchronous weight policy (issue 15), applied per backward
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -152,12 +153,13 @@ class Rank:
             self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
         else:
             self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
-                                       job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
+                                       job.table.n_microbatches, job.seed, self.device, job.table.mb_replica,
+                                       job.weights)
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
-            if job.lr > 0 and self.compute.parameters() else None
+            if job.lr > 0 and self.compute.parameters() and job.weights is None else None
         self.events: list[dict] = []
 
     # readiness -------------------------------------------------------------------------
@@ -309,7 +311,9 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
                 grads = worker.compute.named_grads()
             if worker.opt is not None:
                 worker.opt.step()
-        torch.save({"losses": losses, "grads": grads, "events": worker.events},
+        stash = getattr(worker.compute, "weights", None)
+        torch.save({"losses": losses, "grads": grads, "events": worker.events,
+                    "weights": stash.state() if stash is not None else {}},
                    os.path.join(job.result_dir, f"rank{rank}.pt"))
         dist.barrier()
         control.finished(rank)

@@ -104,6 +104,15 @@ SCHEDULES: dict[str, ScheduleInfo] = {info.name: info for info in (
                  "chunks = 1 (asynchronous: see generators.weight_versions)",
                  "Narayanan et al. SOSP'19, PipeDream 1F1B with weight stashing",
                  fm.bubble_pipedream, fm.inflight_pipedream, ONE_CHUNK),
+    ScheduleInfo("pipedream_vsync", gen.pipedream_vsync, 1, False, "loop", None,
+                 "chunks = 1 (asynchronous, vertical sync: octopipe.asynchronous.tables)",
+                 "Narayanan et al. SOSP'19 §3.3, PipeDream with vertical sync",
+                 fm.bubble_pipedream, fm.inflight_pipedream, ONE_CHUNK),
+    ScheduleInfo("pipedream_2bw", gen.pipedream_2bw, 1, False, "loop", None,
+                 "chunks = 1; microbatches a multiple of pp (the update window; asynchronous: "
+                 "octopipe.asynchronous.tables)",
+                 "Narayanan et al. ICML'21, PipeDream-2BW (double-buffered weight updates)",
+                 fm.bubble_pipedream, fm.inflight_pipedream, ONE_CHUNK),
 )}
 
 FORMULA_SCHEDULES = tuple(sorted(SCHEDULES))

@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COST_PRESET = {"analytic": [], "file": ["cost=file", "cost.preset=gpt_13b"], "profiled": ["cost=profiled"]}
 EXPERIMENT_PRESET = {"octopipe_authors": ["experiment=octopipe_authors"], "tabular": ["experiment=tabular"],
                      "suite": ["experiment=suite"], "suite_large": ["experiment=suite_large"],
-                     "layouts": ["experiment=layouts"]}
+                     "layouts": ["experiment=layouts"],
+                     "pipedream": ["experiment=pipedream"]}
 
 
 def _numeric(tp: Any) -> tuple[type, bool] | None:

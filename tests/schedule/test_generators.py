@@ -26,6 +26,7 @@ def allowed(name: str, p: int, m: int, v: int) -> bool:
         "gpipe": v == 1, "1f1b": v == 1 and m >= p, "interleaved": True, "looped_bfs": True,
         "zbh1": True, "zbh2": v == 1, "zbv": v == 2, "dualpipev": v == 2 and m >= 2 * p,
         "chimera": v == 1 and p % 2 == 0 and m % 2 == 0, "hanayo": v % 2 == 0, "pipedream": v == 1,
+        "pipedream_vsync": v == 1, "pipedream_2bw": v == 1 and m % p == 0,
     }[name]
 
 

@@ -22,6 +22,24 @@ def pipedream(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleT
     return table(rows, loop_placement(n_devices, 1), n_microbatches, "pipedream")
 
 
+def pipedream_vsync(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
+    """PipeDream's order under vertical sync (every stage reads the version stage 0 read; see
+    octopipe.asynchronous.tables): the same stream of actions, named for its update rule."""
+    t = pipedream(n_devices, n_microbatches, chunks)
+    return table(t.rows, t.placement, n_microbatches, "pipedream_vsync")
+
+
+def pipedream_2bw(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
+    """PipeDream-2BW (Narayanan et al. ICML'21): PipeDream's order with one update per window of
+    p micro-batches and two weight buffers (octopipe.asynchronous.tables); the window must
+    divide the stream."""
+    require(n_microbatches % n_devices == 0 and n_microbatches >= n_devices,
+            f"pipedream_2bw updates once per window of pp={n_devices} micro-batches; the window "
+            f"does not divide microbatches={n_microbatches}")
+    t = pipedream(n_devices, n_microbatches, chunks)
+    return table(t.rows, t.placement, n_microbatches, "pipedream_2bw")
+
+
 def weight_versions(sched: ScheduleTable) -> dict[Action, int]:
     """Weight version each compute action reads under PipeDream's update rule.
 
