@@ -1,0 +1,156 @@
+"""From the typed config to a training job: the blocks, the data, the measured costs, the plan.
+
+`blocks_for` picks the model (a user's factory, `model=module model.factory=...`, or a preset's
+layers); `plan_for` profiles the blocks on this machine (`cost=profiled`: F, I, W, stored
+activations, parameters, message bytes) and plans them with the tuner (split layers where a
+preset's layer kind splits; a user's blocks stay whole) or lays out schedule=<name> on an even
+partition. `fingerprints` names the model and the plan a checkpoint belongs to.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from octopipe.cluster import Cluster
+from octopipe.config.cost import ProfiledCost
+from octopipe.config.presets import preset
+from octopipe.config.schema import Config
+from octopipe.cost.profiled import profile_blocks, profiled_costs
+from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.model.build import build_model
+from octopipe.model.params import model_params
+from octopipe.model.spec import ModelSpec
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.plan import Partition, Plan, plan_model
+from octopipe.runtime.stage import SpecBlocks
+from octopipe.schedule.library import build_schedule
+from octopipe.train.checkpoint import fingerprint
+from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.optim import OptimSettings
+from octopipe.tune import TuneOptions, tune
+from octopipe.tune.sharding import model_sharder
+
+EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A training run's inputs: `blocks` (UserBlocks or SpecBlocks of the split model the plan
+    runs), `reference_blocks` (the unsplit model), data, plan and optimizer; `note` says why
+    the model differs from the one asked for."""
+
+    name: str
+    blocks: object
+    reference_blocks: object
+    batches: TokenBatches
+    plan: Plan
+    costs: CostTable
+    optim: OptimSettings
+    note: str = ""
+
+
+def _user_blocks(cfg: Config, factory: str, seq_len: int, mbs: int, vocab: int) -> UserBlocks:
+    return check_blocks(UserBlocks(factory, seq_len, mbs, vocab), cfg.seed)
+
+
+def blocks_for(cfg: Config) -> tuple[object, str, str]:
+    """(blocks, name, note): the user's factory when `model.factory` is set, else the model
+    group's preset (train.model=auto falls back to the example factory above
+    runtime.max_params parameters), else the preset `train.model` names."""
+    chosen = cfg.model if cfg.train.model == "auto" else preset("model", cfg.train.model)
+    if chosen.factory:
+        return _user_blocks(cfg, chosen.factory, chosen.seq_len, chosen.micro_batch_size, chosen.vocab), \
+            chosen.factory, ""
+    model = build_model(chosen)
+    if cfg.train.model == "auto" and model_params(model) > cfg.runtime.max_params:
+        mod = preset("model", "module")
+        note = (f"{model.name} has {model_params(model) / 1e9:.2f}B parameters, above runtime.max_params="
+                f"{float(cfg.runtime.max_params):.3g}: training the example factory {EXAMPLE_FACTORY} instead "
+                f"(model=module model.factory=... or train.model=<preset> chooses another)")
+        return _user_blocks(cfg, EXAMPLE_FACTORY, mod.seq_len, mod.micro_batch_size, mod.vocab), \
+            EXAMPLE_FACTORY, note
+    return SpecBlocks(model), model.name, ""
+
+
+def _shape(blocks) -> tuple[int, int, int]:
+    if isinstance(blocks, SpecBlocks):
+        m = blocks.model
+        return m.seq_len, m.micro_batch_size, m.vocab
+    return blocks.seq_len, blocks.micro_batch_size, blocks.vocab
+
+
+def batches_for(cfg: Config, blocks) -> TokenBatches:
+    seq, mbs, vocab = _shape(blocks)
+    if vocab < 256:
+        raise ConfigError(f"model vocab={vocab}: byte-level tokens need a vocabulary of at least 256")
+    return TokenBatches(load_corpus(cfg.train.corpus), seq, mbs, cfg.seed)
+
+
+def optim_for(cfg: Config) -> OptimSettings:
+    t = cfg.train
+    return OptimSettings(lr=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
+                         total_steps=t.steps, min_lr_ratio=t.min_lr_ratio, clip_norm=t.clip_norm)
+
+
+def profiled_cost(cfg: Config) -> ProfiledCost:
+    """The `cost` section if it is `profiled`, else the profiled preset (training plans always
+    run on measured costs)."""
+    return cfg.cost if isinstance(cfg.cost, ProfiledCost) else preset("cost", "profiled")
+
+
+def train_cluster(cfg: Config) -> Cluster:
+    link = measure_loopback(cache=Path(profiled_cost(cfg).cache_dir or "runs/cache").parent / "loopback_link.json")
+    return local_cluster(cfg.train.pp, link)
+
+
+def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
+    cost = profiled_cost(cfg)
+    if isinstance(blocks, SpecBlocks):
+        return profiled_costs(cost, blocks.model, cluster)
+    return profile_blocks(blocks, cost, cluster)
+
+
+def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
+    """The tuner's plan (train.plan=tuned) or schedule=<name> on an even partition."""
+    t = cfg.train
+    if t.plan == "schedule":
+        table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
+        return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
+                    {"source": "mode=train"})
+    sharder = None
+    if isinstance(blocks, SpecBlocks):
+        cost = profiled_cost(cfg)
+        sharder = model_sharder(blocks.model, lambda m: profiled_costs(cost, m, cluster))
+    res = tune(costs, cluster, t.pp, t.microbatches, TuneOptions(
+        replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
+        sharder=sharder))
+    return res.plan
+
+
+def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
+    """Everything a training run needs, built once (errors before any rank starts)."""
+    blocks, name, note = blocks_for(cfg)
+    batches = batches_for(cfg, blocks)
+    cluster = train_cluster(cfg)
+    progress(f"profiling {name} on this machine")
+    costs = costs_for(cfg, blocks, cluster)
+    progress(f"planning {name} on {cfg.train.pp} ranks")
+    plan = plan_for(cfg, blocks, costs, cluster, name)
+    run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
+    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note)
+
+
+def fingerprints(s: Setup, seed: int) -> dict:
+    """What a checkpoint must match to resume: the model (its blocks and initial seed) and the
+    plan (partition, placement, micro-batches, split layers)."""
+    b = s.reference_blocks
+    model = {"name": s.name, "blocks": list(b.names) if isinstance(b, UserBlocks) else repr(b.model.layers),
+             "shape": list(_shape(b)), "seed": seed}
+    plan = {"partition": [list(r) for r in s.plan.partition.ranges], "placement": list(s.plan.placement),
+            "microbatches": s.plan.table.n_microbatches, "shards": dict(s.plan.shards),
+            "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
+    return {"model": fingerprint(model), "model_name": s.name, "plan": fingerprint(plan),
+            "plan_name": s.plan.table.name, "tokens_per_microbatch": s.costs.tokens_per_microbatch}
