@@ -13,6 +13,7 @@ loss.png, plan.json and schedule.csv.
 """
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.runtime.stage import SpecBlocks
+from octopipe.schedule.plan_io import plan_to_doc
 from octopipe.train import checkpoint
 from octopipe.train.loop import TrainRankJob, TrainRun, launch_training, rank_payload, reference_train
 from octopipe.train.setup import Setup, fingerprints, setup
@@ -49,7 +51,7 @@ def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0) -> TrainRa
                         "bfloat16" if t.precision == "bf16" else "")
     ckpt = t.checkpoint_dir or "runs/checkpoints"
     return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every, ckpt,
-                        fingerprints(s, cfg.seed))
+                        fingerprints(s, cfg.seed), json.dumps(plan_to_doc(s.plan), indent=1) + "\n")
 
 
 def rel_err(a: float, b: float) -> float:

@@ -2,7 +2,8 @@
 
 Every rank saves its stages' parameters (`model.<name>`) and AdamW state (`optim.<name>.*`)
 into `<dir>/step_<N>.tmp`; after all have written, rank 0 adds `octopipe.json` (the step and
-the fingerprints of the model and the plan) and renames the directory to `<dir>/step_<N>`, so a
+the fingerprints of the model and the plan) and `plan.json` (the plan it trains, which a resumed
+run follows) and renames the directory to `<dir>/step_<N>`, so a
 checkpoint directory without the `.tmp` suffix is always complete. Resuming checks the
 fingerprints first: a checkpoint of another model or another plan is refused by name.
 """
@@ -32,8 +33,10 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step_{step:06d}"
 
 
-def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
-    """Collective: every rank calls it with its own tensors; returns the final directory."""
+def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: dict,
+         files: dict[str, str] | None = None) -> Path:
+    """Collective: every rank calls it with its own tensors; rank 0 adds `files` (name -> text,
+    the plan's JSON) and the metadata. Returns the final directory."""
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
     rank = dist.get_rank()
@@ -44,6 +47,8 @@ def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: di
     dcp.save({k: v.detach().cpu() for k, v in tensors.items()}, checkpoint_id=str(tmp))
     dist.barrier()
     if rank == 0:
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text)
         (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=1, sort_keys=True))
         if final.exists():
             shutil.rmtree(final)

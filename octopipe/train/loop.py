@@ -45,6 +45,7 @@ class TrainRankJob:
     checkpoint_every: int = 0
     checkpoint_dir: str = ""
     meta: dict = field(default_factory=dict)
+    plan_json: str = ""
 
 
 def _stage_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
@@ -85,7 +86,8 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         losses.append(loss)
         last = step + 1 == job.steps
         if job.checkpoint_every and ((step + 1) % job.checkpoint_every == 0 or last):
-            saved = str(checkpoint.save(job.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.meta))
+            saved = str(checkpoint.save(job.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.meta,
+                                          {"plan.json": job.plan_json} if job.plan_json else None))
         if rank == 0:
             with open(out / "progress.jsonl", "a") as f:
                 f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.optim, step),

@@ -27,6 +27,7 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
+from octopipe.schedule.plan_io import load_plan
 from octopipe.train.checkpoint import fingerprint
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings
@@ -114,8 +115,14 @@ def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
 
 
 def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
-    """The tuner's plan (train.plan=tuned) or schedule=<name> on an even partition."""
+    """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json) or
+    schedule=<name> on an even partition."""
     t = cfg.train
+    if t.resume and t.plan == "tuned":
+        path = Path(t.resume) / "plan.json"
+        if not path.is_file():
+            raise ConfigError(f"train.resume={t.resume}: no plan.json there; not a checkpoint of mode=train")
+        return load_plan(path)
     if t.plan == "schedule":
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
