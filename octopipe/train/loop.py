@@ -97,24 +97,30 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     return {"losses": losses, "params": params, "checkpoint": saved, "events": worker.events}
 
 
-def train_rank_main(rank: int, job: TrainRankJob, control) -> None:
-    """Process entry of one training rank (the launcher or torchrun passes the rank first)."""
+def train_rank(rank: int, job: TrainRankJob, control) -> None:
+    """One training rank from process start to its rank<R>.pt (the process group is joined
+    here unless torchrun's entry joined it already)."""
     rj = job.rank
     keep_heap()
     torch.set_num_threads(rj.threads)
     if rj.cpus:
         os.sched_setaffinity(0, {rj.cpus[rank]})
+    if rj.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    if not dist.is_initialized():
+        dist.init_process_group(rj.backend, init_method=rj.init_method, rank=rank, world_size=rj.world)
+    worker = Rank(rj, rank, control)
+    out = Path(rj.result_dir)
+    doc = _train(rank, job, worker, out)
+    torch.save(doc, out / f"rank{rank}.pt")
+    dist.barrier()
+    control.finished(rank)
+
+
+def train_rank_main(rank: int, job: TrainRankJob, control) -> None:
+    """Process entry of one locally launched training rank (the launcher passes the rank first)."""
     try:
-        if rj.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-        if not dist.is_initialized():
-            dist.init_process_group(rj.backend, init_method=rj.init_method, rank=rank, world_size=rj.world)
-        worker = Rank(rj, rank, control)
-        out = Path(rj.result_dir)
-        doc = _train(rank, job, worker, out)
-        torch.save(doc, out / f"rank{rank}.pt")
-        dist.barrier()
-        control.finished(rank)
+        train_rank(rank, job, control)
     except Aborted:
         control.fail(rank, "stopped because another rank failed", "", peer=True)
         os._exit(1)

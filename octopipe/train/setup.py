@@ -8,6 +8,7 @@ partition. `fingerprints` names the model and the plan a checkpoint belongs to.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -27,8 +28,10 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
-from octopipe.schedule.plan_io import load_plan
+from octopipe.schedule.plan_io import load_plan, plan_to_doc
+from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
+from octopipe.train.loop import TrainRankJob, rank_payload
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings
 from octopipe.tune import TuneOptions, tune
@@ -161,3 +164,24 @@ def fingerprints(s: Setup, seed: int) -> dict:
             "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
     return {"model": fingerprint(model), "model_name": s.name, "plan": fingerprint(plan),
             "plan_name": s.plan.table.name, "tokens_per_microbatch": s.costs.tokens_per_microbatch}
+
+
+def start_step(cfg: Config, meta: dict) -> int:
+    """The step a run begins at: 0, or the resumed checkpoint's after its fingerprints match."""
+    if not cfg.train.resume:
+        return 0
+    start = checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume), meta)
+    if start >= cfg.train.steps:
+        raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
+                          f"train.steps={cfg.train.steps} leaves nothing to run")
+    return start
+
+
+def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0, init_method: str = "") -> TrainRankJob:
+    """What every rank runs for `s` (rank files into `result_dir`)."""
+    t = cfg.train
+    rank = rank_payload(s.blocks, s.plan, cfg.runtime, result_dir, s.batches, cfg.seed,
+                        "bfloat16" if t.precision == "bf16" else "", init_method)
+    return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every,
+                        t.checkpoint_dir or "runs/checkpoints", fingerprints(s, cfg.seed),
+                        json.dumps(plan_to_doc(s.plan), indent=1) + "\n")
