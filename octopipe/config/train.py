@@ -25,6 +25,10 @@ class TrainConfig:
         "fp32", "fp32 | bf16 (forwards under torch.autocast, fp32 master weights and optimizer)")
     pp: int = setting(2, "pipeline ranks of the training run", ge=1)
     microbatches: int = setting(8, "micro-batches per step (gradient accumulation)", ge=1)
+    dispatch: Literal["strict", "ready_first"] = setting(
+        "strict", "strict: each rank runs its row in order, so a run (and a resumed run) repeats bit "
+                  "for bit | ready_first: the first ready action (the order in which micro-batches' "
+                  "gradients add up may change: equal up to rounding)")
     plan: Literal["tuned", "schedule"] = setting(
         "tuned", "tuned: the tuner's plan on the profiled blocks | schedule: schedule=<name> "
                  "on an even partition")

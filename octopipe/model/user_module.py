@@ -14,6 +14,7 @@ offending block on a breach of the contract.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import sys
@@ -157,9 +158,9 @@ class UserBlocks:
         return self._cache[seed]
 
     def build(self, index: int, seed: int = 0) -> nn.Module:
-        """Block `index` in the runtime's form, with the weights `seed` gives."""
+        """Block `index` in the runtime's form, a fresh copy with the weights `seed` gives."""
         blocks, loss = self.raw(seed)
-        return UserBlock(blocks[index], index == 0, index == len(blocks) - 1, loss)
+        return UserBlock(copy.deepcopy(blocks[index]), index == 0, index == len(blocks) - 1, loss)
 
     def carry_shape(self, index: int) -> tuple[int, ...]:
         return self.carry_shapes[index]

@@ -2,7 +2,7 @@
 micro-batches.
 
 The default corpus ships with Python: the text of the standard library's `pydoc_data.topics`
-(the language reference's help topics, about 0.75 MB of English and code), so the default run
+(the language reference's help topics, about 0.47 MB of English and code), so the default run
 needs no download. Micro-batch `mb` of step `step` is `micro_batch_size` windows of
 `seq_len + 1` bytes at offsets drawn from a generator seeded by (seed, step, mb) alone: the same
 on every run and every rank, whatever the plan.
@@ -23,7 +23,7 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".json", ".csv", ".html", ".tex",
 
 def default_corpus_text() -> str:
     """The standard library's help topics as one text (ships with every CPython)."""
-    from pydoc_data.topics import topics  # the stdlib's 0.75 MB of text: read only when asked for
+    from pydoc_data.topics import topics  # the stdlib's 0.47 MB of text: read only when asked for
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 

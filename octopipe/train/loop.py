@@ -64,7 +64,7 @@ def _restore(worker: Rank, opt: StageOptimizers, path: str) -> None:
 
 
 def _mean_loss(worker: Rank, m: int) -> float:
-    total = torch.tensor([sum(worker.compute.losses.values())], dtype=torch.float64)
+    total = torch.tensor([sum(v for _, v in sorted(worker.compute.losses.items()))], dtype=torch.float64)
     dist.all_reduce(total)
     return float(total) / m
 

@@ -180,7 +180,7 @@ def start_step(cfg: Config, meta: dict) -> int:
 def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0, init_method: str = "") -> TrainRankJob:
     """What every rank runs for `s` (rank files into `result_dir`)."""
     t = cfg.train
-    rank = rank_payload(s.blocks, s.plan, cfg.runtime, result_dir, s.batches, cfg.seed,
+    rank = rank_payload(s.blocks, s.plan, replace(cfg.runtime, dispatch=t.dispatch), result_dir, s.batches, cfg.seed,
                         "bfloat16" if t.precision == "bf16" else "", init_method)
     return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every,
                         t.checkpoint_dir or "runs/checkpoints", fingerprints(s, cfg.seed),
