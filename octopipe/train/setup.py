@@ -143,6 +143,9 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
     """Everything a training run needs, built once (errors before any rank starts)."""
     blocks, name, note = blocks_for(cfg)
+    if cfg.train.resume:      # refuse another model's checkpoint before profiling and planning
+        checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume),
+                              {**checkpoint.read_meta(cfg.train.resume), **model_fingerprint(name, blocks, cfg.seed)})
     batches = batches_for(cfg, blocks)
     cluster = train_cluster(cfg)
     progress(f"profiling {name} on this machine")
@@ -153,16 +156,20 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note)
 
 
+def model_fingerprint(name: str, blocks, seed: int) -> dict:
+    """The model's part of a checkpoint's identity: its blocks, training shape and seed."""
+    model = {"name": name, "blocks": list(blocks.names) if isinstance(blocks, UserBlocks) else repr(blocks.model.layers),
+             "shape": list(_shape(blocks)), "seed": seed}
+    return {"model": fingerprint(model), "model_name": name}
+
+
 def fingerprints(s: Setup, seed: int) -> dict:
     """What a checkpoint must match to resume: the model (its blocks and initial seed) and the
     plan (partition, placement, micro-batches, split layers)."""
-    b = s.reference_blocks
-    model = {"name": s.name, "blocks": list(b.names) if isinstance(b, UserBlocks) else repr(b.model.layers),
-             "shape": list(_shape(b)), "seed": seed}
     plan = {"partition": [list(r) for r in s.plan.partition.ranges], "placement": list(s.plan.placement),
             "microbatches": s.plan.table.n_microbatches, "shards": dict(s.plan.shards),
             "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
-    return {"model": fingerprint(model), "model_name": s.name, "plan": fingerprint(plan),
+    return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
             "plan_name": s.plan.table.name, "tokens_per_microbatch": s.costs.tokens_per_microbatch}
 
 
