@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydoc_data.topics import topics
 
 from octopipe.errors import ConfigError
 
@@ -23,7 +24,6 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".json", ".csv", ".html", ".tex",
 
 def default_corpus_text() -> str:
     """The standard library's help topics as one text (ships with every CPython)."""
-    from pydoc_data.topics import topics  # the stdlib's 0.47 MB of text: read only when asked for
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
