@@ -22,6 +22,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.measure.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
+from octopipe.model.hf import vocab_of
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.model.user_module import UserBlocks, check_blocks
@@ -38,6 +39,7 @@ from octopipe.tune import TuneOptions, tune
 from octopipe.tune.sharding import model_sharder
 
 EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
+HF_FACTORY = "octopipe.model.hf:build"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ def blocks_for(cfg: Config) -> tuple[object, str, str]:
     group's preset (train.model=auto falls back to the example factory above
     runtime.max_params parameters), else the preset `train.model` names."""
     chosen = cfg.model if cfg.train.model == "auto" else preset("model", cfg.train.model)
+    if chosen.hf:
+        blocks = UserBlocks(HF_FACTORY, chosen.seq_len, chosen.micro_batch_size, vocab_of(chosen.hf),
+                            (("config", chosen.hf),))
+        return check_blocks(blocks, cfg.seed), f"hf:{chosen.hf}", ""
     if chosen.factory:
         return _user_blocks(cfg, chosen.factory, chosen.seq_len, chosen.micro_batch_size, chosen.vocab), \
             chosen.factory, ""
