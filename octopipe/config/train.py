@@ -14,6 +14,9 @@ class TrainConfig:
 
     corpus: str = setting("", "a text file or a directory of them (byte-level tokens); \"\": the "
                               "Python standard library's pydoc_data help topics (no download)")
+    tokenizer: Literal["byte", "bpe"] = setting(
+        "byte", "byte: UTF-8 bytes (vocabulary 256) | bpe: a byte-level BPE trained on the corpus to "
+                "the model's vocabulary (the tokenizers package)")
     steps: int = setting(150, "optimizer steps in all (a resumed run continues up to it)", ge=1)
     lr: float = setting(3e-3, "peak AdamW learning rate", gt=0)
     weight_decay: float = setting(0.1, "AdamW decoupled weight decay of matrices", ge=0)

@@ -5,7 +5,8 @@ every element is one block the planner may cut after. The first takes int64 toke
 `[batch, seq]`, the last returns logits `[batch, seq, vocab]`, and each one in between takes
 the tensor its predecessor returns. The loss is next-token cross-entropy, or `loss_fn(logits,
 targets)` when the factory's module exports one. FUNC is called under `torch.manual_seed(seed)`,
-so every rank (and the single-process reference) builds the same weights.
+so every rank (and the single-process reference) builds the same weights; a FUNC with a `vocab`
+parameter gets `model.vocab`.
 
 `UserBlocks` wraps them in the runtime's block form, `block(x, batch) -> Tensor` (x: what the
 previous block handed on, None for the first; batch: the micro-batch's `ids` and `targets`).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import importlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,8 +151,11 @@ class UserBlocks:
             fn, module = load_factory(self.factory)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
+                kwargs = dict(self.kwargs)
+                if "vocab" in inspect.signature(fn).parameters:
+                    kwargs.setdefault("vocab", self.vocab)
                 try:
-                    made = fn(**dict(self.kwargs))
+                    made = fn(**kwargs)
                 except Exception as e:  # the user's factory: any error is reported in one line
                     raise ConfigError(f"model.factory={self.factory!r} raised {type(e).__name__}: {e}") from e
             loss = getattr(module, "loss_fn", None)

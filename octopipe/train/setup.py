@@ -35,6 +35,7 @@ from octopipe.train.checkpoint import fingerprint
 from octopipe.train.loop import TrainRankJob, rank_payload
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings
+from octopipe.train.tokenizer import tokenize
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.sharding import model_sharder
 
@@ -94,9 +95,8 @@ def _shape(blocks) -> tuple[int, int, int]:
 
 def batches_for(cfg: Config, blocks) -> TokenBatches:
     seq, mbs, vocab = _shape(blocks)
-    if vocab < 256:
-        raise ConfigError(f"model vocab={vocab}: byte-level tokens need a vocabulary of at least 256")
-    return TokenBatches(load_corpus(cfg.train.corpus), seq, mbs, cfg.seed)
+    tokens = tokenize(load_corpus(cfg.train.corpus), cfg.train.tokenizer, vocab)
+    return TokenBatches(tokens, seq, mbs, cfg.seed)
 
 
 def optim_for(cfg: Config) -> OptimSettings:

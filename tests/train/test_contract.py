@@ -14,6 +14,7 @@ from octopipe.model.user_module import UserBlocks, check_blocks, load_factory
 from octopipe.train import checkpoint
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings, lr_at
+from octopipe.train.tokenizer import tokenize
 from tests.train.helpers import ROOT, gpt
 
 BAD = '''
@@ -139,3 +140,12 @@ def test_cli_bad_factory_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["octopipe: error: model.factory='nowhere.py:build': file "
                                              "nowhere.py does not exist"]
+
+
+def test_bpe_tokenizer_is_deterministic_and_within_the_vocabulary():
+    pytest.importorskip("tokenizers", reason="train.tokenizer=bpe needs tokenizers (the hf extra)")
+    data = load_corpus("")[:60_000]
+    a, b = tokenize(data, "bpe", 512), tokenize(data, "bpe", 512)
+    assert (a == b).all() and a.max() < 512 and len(a) < 0.8 * len(data)
+    with pytest.raises(ConfigError, match="at least 256"):
+        tokenize(data, "byte", 64)
