@@ -8,7 +8,8 @@ import sys
 from tests.train.helpers import ROOT
 
 SMALL = ["model=module", "model.factory=examples/tiny_gpt.py:build", "model.seq_len=32",
-         "model.micro_batch_size=2", "train.microbatches=4", "train.tune_s=1"]
+         "model.micro_batch_size=2", "train.microbatches=4", "train.tune_s=1", "cost=profiled",
+         "cost.repeats=1", "cost.warmup=0", "cost.cache_dir="]
 
 
 def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path):
