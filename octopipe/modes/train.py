@@ -42,9 +42,13 @@ def run(inputs: Inputs) -> Result:
                   f"{t.microbatches} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
+        every = max(1, (t.steps - start) // 10)
+
         def on_step(r: dict) -> None:
-            update(f"step {r['step']}/{t.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s",
-                   r["step"] - start, t.steps - start)
+            line = f"step {r['step']}/{t.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s"
+            update(line, r["step"] - start, t.steps - start)
+            if not inputs.interactive and (r["step"] - start) % every == 0:
+                inputs.progress(line)
         job = train_job(cfg, s, tmp, start)
         result = launch_training(job, t.timeout_s, cfg.runtime.stall_s, on_step)
     recs = result.records
