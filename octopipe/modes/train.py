@@ -55,6 +55,7 @@ def run(inputs: Inputs) -> Result:
     summary = {"status": "ok", "model": s.name, "pp": t.pp, "microbatches": t.microbatches,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start)}
+    summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
     if t.check_reference:
         inputs.progress("training the single-process reference")
         ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,

@@ -112,7 +112,8 @@ def profiled_cost(cfg: Config) -> ProfiledCost:
 
 
 def train_cluster(cfg: Config) -> Cluster:
-    link = measure_loopback(cache=Path(profiled_cost(cfg).cache_dir or "runs/cache").parent / "loopback_link.json")
+    cache = profiled_cost(cfg).cache_dir
+    link = measure_loopback(cache=(Path(cache).parent if cache else Path("runs/cache")) / "loopback_link.json")
     return local_cluster(cfg.train.pp, link)
 
 

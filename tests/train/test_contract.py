@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from octopipe.errors import ConfigError
+from octopipe.model.hf import hf_config
 from octopipe.model.user_module import UserBlocks, check_blocks, load_factory
 from octopipe.train import checkpoint
 from octopipe.train.data import TokenBatches, load_corpus
@@ -149,3 +150,9 @@ def test_bpe_tokenizer_is_deterministic_and_within_the_vocabulary():
     assert (a == b).all() and a.max() < 512 and len(a) < 0.8 * len(data)
     with pytest.raises(ConfigError, match="at least 256"):
         tokenize(data, "byte", 64)
+
+
+def test_model_hf_without_transformers_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ConfigError, match=r"pip install 'octopipe\[hf\]'"):
+        hf_config("llama")
