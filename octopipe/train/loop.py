@@ -74,7 +74,7 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     if job.resume:
         _restore(worker, opt, job.resume)
     table = worker.table
-    tokens = table.n_microbatches * job.meta.get("tokens_per_microbatch", 0)
+    tokens = table.n_microbatches * job.rank.batches.batch(job.start, 0)["ids"].numel()
     losses, saved = [], ""
     for step in range(job.start, job.steps):
         t0 = time.perf_counter()

@@ -177,7 +177,7 @@ def fingerprints(s: Setup, seed: int) -> dict:
             "microbatches": s.plan.table.n_microbatches, "shards": dict(s.plan.shards),
             "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
     return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
-            "plan_name": s.plan.table.name, "tokens_per_microbatch": s.costs.tokens_per_microbatch}
+            "plan_name": s.plan.table.name}
 
 
 def start_step(cfg: Config, meta: dict) -> int:

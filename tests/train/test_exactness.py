@@ -39,7 +39,7 @@ def zbv_run(user, tmp_path_factory):
     blocks, data, _ = user
     ckpt = tmp_path_factory.mktemp("ckpt")
     run = train(blocks, named_plan("zbv", blocks.n_blocks), data, checkpoint_every=10,
-                checkpoint_dir=str(ckpt), meta={"tokens_per_microbatch": 32})
+                checkpoint_dir=str(ckpt), meta={"model": "tiny_gpt"})
     return run, ckpt
 
 

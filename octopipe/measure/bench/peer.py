@@ -209,8 +209,7 @@ def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: Op
                    dispatch: str) -> tuple[list[float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         rank = rank_payload(blocks, plan, RuntimeConfig(dispatch=dispatch), tmp, data)
-        run = launch_training(TrainRankJob(rank, optim, steps, meta={
-            "tokens_per_microbatch": blocks.seq_len * blocks.micro_batch_size}), 1800, 300)
+        run = launch_training(TrainRankJob(rank, optim, steps), 1800, 300)
     return run.losses, _median([r["tokens_per_s"] for r in run.records[1:]])
 
 
