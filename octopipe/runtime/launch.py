@@ -184,16 +184,29 @@ def execute(job: Job) -> ExecutionResult:
     """
     compute_table = _check(job)
     world = compute_table.n_devices
+    ctx = process_context()
+    control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
         rank = rank_job(job, compute_table, f"tcp://127.0.0.1:{free_port()}", tmp)
-        run_ranks(rank_main, rank, compute_table, job.config.timeout_s, job.config.stall_s)
+        procs = [ctx.Process(target=rank_main, args=(r, rank, control), name=f"octopipe-rank{r}")
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        try:
+            _watch(procs, control, compute_table, job.config.timeout_s, job.config.stall_s)
+        finally:
+            for p in procs:
+                if p.exitcode is None:
+                    p.kill()
+                p.join(timeout=5)
         docs = [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=False) for r in range(world)]
     return _gather(docs, compute_table, job.total_iterations)
 
 
 def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: float) -> None:
     """Start `target(rank, payload, control)` on one process per row of `table` and watch them
-    until all exit (RuntimeExecutionError naming the failed or stalled rank otherwise)."""
+    until all exit (RuntimeExecutionError naming the failed or stalled rank otherwise): what
+    `execute` does for `rank_main`, for other rank entries (mode=train's)."""
     world = table.n_devices
     ctx = process_context()
     control = Control(world, ctx)
