@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from octopipe.io import CONF_DIR, write_json, write_text
 from octopipe.runtime.control import TorchrunControl
 from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.schedule.plan_io import plan_to_doc
-from octopipe.train.loop import gather, train_rank
+from octopipe.train.loop import follow, gather, train_rank
 from octopipe.train.setup import setup, start_step, train_job, fingerprints
 from octopipe.train.summary import figures, loss_csv, loss_png
 
@@ -71,7 +72,17 @@ def main(argv: list[str] | None = None) -> None:
         if rank == 0:
             (ranks / "progress.jsonl").unlink(missing_ok=True)
         dist.barrier()
+        stop = threading.Event()
+        every = max(1, (cfg.train.steps - start) // 10)
+        log = threading.Thread(target=follow, daemon=True, args=(ranks / "progress.jsonl", lambda r: print(
+            f"step {r['step']}/{cfg.train.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s",
+            flush=True) if (r["step"] - start) % every == 0 else None, stop))
+        if rank == 0:
+            log.start()
         train_rank(rank, train_job(cfg, s, str(ranks), start, "env://"), TorchrunControl())
+        stop.set()
+        if rank == 0:
+            log.join()
         if rank == 0:
             run = gather(ranks, world)
             summary = {"status": "ok", "mode": "train", "launcher": "torchrun", "model": s.name,

@@ -144,7 +144,8 @@ class TrainRun:
     events: list[list[dict]] = field(default_factory=list)
 
 
-def _follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
+def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
+    """Call `on_step` on each record rank 0 appends to `path`, until `stop` (then the rest)."""
     seen = 0
     while True:
         done = stop.is_set()
@@ -175,7 +176,7 @@ def launch_training(job: TrainRankJob, timeout_s: float, stall_s: float,
     sees each step's record as rank 0 writes it."""
     out = Path(job.rank.result_dir)
     stop = threading.Event()
-    follower = threading.Thread(target=_follow, args=(out / "progress.jsonl", on_step, stop), daemon=True) \
+    follower = threading.Thread(target=follow, args=(out / "progress.jsonl", on_step, stop), daemon=True) \
         if on_step else None
     if follower:
         follower.start()
