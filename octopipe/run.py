@@ -29,7 +29,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
 from octopipe.schedule.library import SCHEDULE_PRESETS
 
-GROUPS = ("model", "cluster", "schedule", "solver", "tuner", "runtime", "cost", "experiment")
+GROUPS = ("model", "cluster", "schedule", "solver", "tuner", "runtime", "cost", "train", "experiment")
 
 
 def fail(message: str) -> NoReturn:

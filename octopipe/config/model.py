@@ -22,6 +22,10 @@ class ModelConfig:
     pattern: str = setting(REQUIRED, "layer pattern, e.g. '(*-)x32' (see octopipe.model.pattern)")
     blocks: dict[str, Any] = setting(REQUIRED, "shape of each block kind the pattern uses, e.g. "
                                                "attention: {heads: 32, kv_heads: 8}")
+    factory: str = setting("", "model=module: the user's block factory, PKG.MOD:FUNC or "
+                               "path/to/file.py:FUNC (octopipe/model/user_module.py)")
+    hf: str = setting("", "model=hf: a transformers config, a family (llama, qwen2, qwen3, mistral, "
+                          "mixtral: tiny shapes) or a local config.json (octopipe/model/hf.py)")
     vision: dict[str, Any] | None = setting(
         None, "optional vision front end: hidden, tokens, patch, depth, heads, ffn, projector_ffn, "
               "and optionally temporal_patch, channels, activation, bias, merge")

@@ -15,9 +15,10 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.config.schedule import ScheduleConfig
 from octopipe.config.sim import SimConfig
 from octopipe.config.solver import SolverConfig
+from octopipe.config.train import TrainConfig
 from octopipe.config.tuner import TunerConfig
 
-Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute", "layout"]
+Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute", "layout", "train"]
 MODES: tuple[str, ...] = Mode.__args__
 TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
 
@@ -26,7 +27,7 @@ TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
 class Config:
     """What `python -m octopipe.run` was asked, as typed values."""
 
-    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute | layout")
+    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute | layout | train")
     pp: int | None = setting(8, "devices in the pipeline; null: every rank of the cluster", ge=1)
     chunks: int | None = setting(None, "stages per device; null: the schedule's natural count "
                                        "(1, or 2 for V/interleaved)", ge=1)
@@ -42,4 +43,5 @@ class Config:
     solver: SolverConfig = setting(SolverConfig(), "solver=<backend> (conf/solver)")
     tuner: TunerConfig = setting(TunerConfig(), "tuner=<preset> (conf/tuner)")
     runtime: RuntimeConfig = setting(RuntimeConfig(), "runtime=<preset> (conf/runtime)")
+    train: TrainConfig = setting(TrainConfig(), "train=<preset> (conf/train; mode=train)")
     experiment: ExperimentConfig | None = setting(None, "experiment=<name> (conf/experiment)")

@@ -16,11 +16,12 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.config.schedule import ScheduleConfig
 from octopipe.config.schema import TOP_KEYS, Config
 from octopipe.config.solver import SolverConfig
+from octopipe.config.train import TrainConfig
 from octopipe.config.tuner import TunerConfig
 
 GROUP_SCHEMAS: dict[str, type] = {"model": ModelConfig, "cluster": ClusterConfig,
                                   "schedule": ScheduleConfig, "solver": SolverConfig,
-                                  "tuner": TunerConfig, "runtime": RuntimeConfig}
+                                  "tuner": TunerConfig, "runtime": RuntimeConfig, "train": TrainConfig}
 
 
 def schema_nodes() -> list[tuple[str | None, str, dict]]:

@@ -44,7 +44,13 @@ def measure_layer(model: ModelSpec, index: int, device: torch.device, repeats: i
     runtime runs them; `statistic` (median, q25, min) of `repeats` runs."""
     layer = build_layer(model, index).to(device)
     batch = {k: v.to(device) for k, v in microbatch(model, 0, 0, 0).items()}
-    x_in = layer_input(model, index, device)
+    return time_block(layer, layer_input(model, index, device), batch, device, repeats, warmup, statistic)
+
+
+def time_block(layer, x_in: torch.Tensor | None, batch: dict, device: torch.device, repeats: int = 5,
+               warmup: int = 2, statistic: str = "median") -> dict[str, float]:
+    """F, I, W and B seconds of one block in the runtime's form (`layer(x, batch)`) on input
+    `x_in` (None for the first block)."""
     params = [p for p in layer.parameters() if p.requires_grad]
     samples: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
     for r in range(warmup + repeats):
@@ -154,3 +160,53 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
     return CostTable(base.layer_names, base.kinds, col["f"], col["i"], col["w"], base.act_bytes,
                      base.static_bytes, out_bytes, base.params, w_act_bytes=base.w_act_bytes,
                      flops=base.flops, tokens_per_microbatch=base.tokens_per_microbatch)
+
+
+def saved_bytes(layer, x_in: torch.Tensor | None, batch: dict) -> tuple[float, torch.Tensor]:
+    """Bytes of the tensors autograd keeps from one forward of `layer` (each storage once, the
+    block's input not counted: the stage holds it anyway) and the forward's output."""
+    seen: dict[tuple, int] = {}
+    x = None if x_in is None else x_in.detach().clone().requires_grad_(True)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if x is None or t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+            key = (t.untyped_storage().data_ptr(), t.device.type)
+            seen[key] = max(seen.get(key, 0), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x, batch)
+    return float(sum(seen.values())), out.detach()
+
+
+def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
+    """The CostTable of a block list (a user's factory, `octopipe.model.user_module`) measured
+    here: F, I, W seconds, the bytes autograd keeps per micro-batch, parameter + gradient +
+    optimizer bytes (`cost.bytes_per_param` per parameter), the bytes each block hands on, and
+    its parameters; one column per device kind of `cluster` (the same times in each).
+
+    Each block runs on its predecessor's real output of one micro-batch of random tokens."""
+    device = _device(cost.device)
+    old = torch.get_num_threads()
+    torch.set_num_threads(cost.threads)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, blocks.vocab, (blocks.micro_batch_size, blocks.seq_len + 1), generator=gen)
+    batch = {"ids": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
+    rows, x = [], None
+    try:
+        for j in range(blocks.n_blocks):
+            layer = blocks.build(j).to(device)
+            t = time_block(layer, x, batch, device, cost.repeats, cost.warmup, cost.statistic)
+            act, out = saved_bytes(layer, x, batch)
+            params = float(sum(p.numel() for p in layer.parameters() if p.requires_grad))
+            rows.append((t, act, params, float(out.numel() * out.element_size())))
+            x = out
+    finally:
+        torch.set_num_threads(old)
+    kinds = tuple(dict.fromkeys(cluster.kind_of(d).name for d in range(cluster.n_devices)))
+    col = {k: np.repeat(np.array([r[0][k] for r in rows])[:, None], len(kinds), axis=1) for k in "fiw"}
+    params = np.array([r[2] for r in rows])
+    tokens = blocks.seq_len * blocks.micro_batch_size
+    return CostTable(tuple(blocks.names), kinds, col["f"], col["i"], col["w"], np.array([r[1] for r in rows]),
+                     params * cost.bytes_per_param, np.array([r[3] for r in rows]), params,
+                     flops=2.0 * params * tokens, tokens_per_microbatch=tokens)

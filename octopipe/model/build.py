@@ -114,6 +114,9 @@ def build_model(cfg: ModelConfig) -> ModelSpec:
     """Build and validate the ModelSpec a model config describes (a mapping is converted first,
     for callers that still hold a preset's raw mapping)."""
     c = convert(ModelConfig, cfg, "model.")
+    if c.factory or c.hf:
+        raise ConfigError(f"model.{'factory' if c.factory else 'hf'}={c.factory or c.hf}: a user's module "
+                          f"has no layer pattern to plan from; mode=train profiles and plans it")
     seq_len, mbs, vocab, hidden = c.seq_len, c.micro_batch_size, c.vocab, c.hidden
     blocks = c.blocks
     _check_keys("model.blocks", blocks, BLOCKS.values())

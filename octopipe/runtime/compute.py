@@ -18,9 +18,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 from torch.func import functional_call
 
-from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.stage import StageModule
+from octopipe.runtime.stage import StageModule, SyntheticBatches
 
 
 @dataclass
@@ -34,17 +33,22 @@ class _Saved:
 class RealCompute:
     """Runs the real layers of the stages a rank holds."""
 
-    def __init__(self, model: ModelSpec, partition, copies: tuple[tuple[int, int], ...], n_microbatches: int,
+    def __init__(self, model, partition, copies: tuple[tuple[int, int], ...], n_microbatches: int,
                  seed: int, device: torch.device, mb_replica: tuple[int, ...] = (),
                  weights=None) -> None:
-        """`copies` = the (replica, stage) pairs this rank holds; replica 0 is the primary
-        pipeline, others are Chimera-style copies with the same initial weights. `weights`:
-        an asynchronous weight policy (octopipe.asynchronous.runtime.WeightStash; issue 15's
-        hook): forwards run at its versions, backwards hand it their gradients."""
+        """`model`: a ModelSpec or a block list (`octopipe.runtime.stage`). `copies` = the
+        (replica, stage) pairs this rank holds; replica 0 is the primary pipeline, others are
+        Chimera-style copies with the same initial weights. `batches` (set after construction,
+        default synthetic) gives each micro-batch's data; `autocast` (None or a dtype) runs
+        forwards under torch.autocast, each stage handing on fp32. `weights`: an asynchronous
+        weight policy (octopipe.asynchronous.runtime.WeightStash): forwards run at its
+        versions, backwards hand it their gradients."""
         self.model, self.partition, self.m = model, partition, n_microbatches
         self.seed, self.device, self.mb_replica = seed, device, mb_replica
         self.n_stages = len(partition)
         self.copies = {c: StageModule(model, *partition[c[1]], seed=seed).to(device) for c in copies}
+        self.batches = SyntheticBatches(model, seed) if isinstance(model, ModelSpec) else None
+        self.autocast: torch.dtype | None = None
         self.saved: dict[tuple[int, int], _Saved] = {}
         self.iteration = 0
         self.losses: dict[int, float] = {}
@@ -60,7 +64,7 @@ class RealCompute:
     def batch(self, mb: int) -> dict:
         if mb not in self._batches:
             self._batches[mb] = {k: v.to(self.device) for k, v in
-                                 microbatch(self.model, self.seed, self.iteration, mb).items()}
+                                 self.batches.batch(self.iteration, mb).items()}
         return self._batches[mb]
 
     def start_iteration(self, iteration: int) -> None:
@@ -68,12 +72,22 @@ class RealCompute:
         for mod in self.copies.values():
             mod.zero_grad(set_to_none=True)
 
+    def _call(self, mod, stage: int, mb: int, x: torch.Tensor | None, batch: dict) -> torch.Tensor:
+        """The stage's forward, at the asynchronous policy's weight version where there is one."""
+        if self.weights is None:
+            return mod(x, batch)
+        return functional_call(mod, self.weights.forward_params(stage, mb), (x, batch))
+
     def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
         if x is not None and x.is_floating_point():
             x = x.detach().requires_grad_(True)
-        mod = self.module(stage, mb)
-        h = (mod(x, self.batch(mb)) if self.weights is None else
-             functional_call(mod, self.weights.forward_params(stage, mb), (x, self.batch(mb))))
+        mod, batch = self.module(stage, mb), self.batch(mb)
+        if self.autocast is None:
+            h = self._call(mod, stage, mb, x, batch)
+        else:
+            with torch.autocast(self.device.type, dtype=self.autocast):
+                h = self._call(mod, stage, mb, x, batch)
+            h = h.float()
         if h._is_view():
             h = h.clone()   # the split backward detaches the output in place, which views forbid
         self.saved[(stage, mb)] = _Saved(x, h)

@@ -206,6 +206,26 @@ def execute(job: Job) -> ExecutionResult:
     return _gather(docs, compute_table, job.total_iterations)
 
 
+def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: float) -> None:
+    """Start `target(rank, payload, control)` on one process per row of `table` and watch them
+    until all exit (RuntimeExecutionError naming the failed or stalled rank otherwise): what
+    `execute` does for `rank_main`, for other rank entries (mode=train's)."""
+    world = table.n_devices
+    ctx = process_context()
+    control = Control(world, ctx)
+    procs = [ctx.Process(target=target, args=(r, payload, control), name=f"octopipe-rank{r}")
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        _watch(procs, control, table, timeout_s, stall_s)
+    finally:
+        for p in procs:
+            if p.exitcode is None:
+                p.kill()
+            p.join(timeout=5)
+
+
 def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> ExecutionResult:
     grads: dict[str, torch.Tensor] = {}
     per_it: list[dict[int, float]] = [{} for _ in range(iterations)]

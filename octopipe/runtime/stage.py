@@ -1,5 +1,11 @@
-"""Pipeline stages built from a ModelSpec and a partition, and the single-process reference that
-the runtime's gradients are checked against (on the micro-batches of `octopipe.layers.batch`)."""
+"""Pipeline stages built from a block list and a partition, and the single-process reference that
+the runtime's gradients are checked against (on the micro-batches of `octopipe.layers.batch`).
+
+A block list is anything with `build(index, seed) -> nn.Module` (a block in the form
+`block(x, batch) -> Tensor`), `carry_shape(index)` and `n_blocks`: `SpecBlocks` wraps a
+ModelSpec's layers, `octopipe.model.user_module.UserBlocks` a user's factory. A batch source has
+`batch(iteration, mb) -> dict`: `SyntheticBatches` draws random tokens, `octopipe.train.data`
+reads a corpus."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,14 +18,48 @@ from octopipe.layers.batch import microbatch
 from octopipe.model.spec import ModelSpec
 
 
-class StageModule(nn.Module):
-    """Layers lo..hi-1 of the model; parameters are named `layers.<global index>.<...>` so
-    that every rank's names match the reference model's."""
+@dataclass(frozen=True)
+class SpecBlocks:
+    """The layers of a ModelSpec (`octopipe.layers`) as a block list."""
 
-    def __init__(self, model: ModelSpec, lo: int, hi: int, seed: int = 0) -> None:
+    model: ModelSpec
+
+    @property
+    def n_blocks(self) -> int:
+        return self.model.n_layers
+
+    def build(self, index: int, seed: int = 0) -> nn.Module:
+        return build_layer(self.model, index, seed)
+
+    def carry_shape(self, index: int) -> tuple[int, ...]:
+        return carry_shape(self.model, index)
+
+
+@dataclass(frozen=True)
+class SyntheticBatches:
+    """Random tokens (and patches) drawn afresh per (seed, iteration, micro-batch)."""
+
+    model: ModelSpec
+    seed: int = 0
+
+    def batch(self, iteration: int, mb: int) -> dict:
+        return microbatch(self.model, self.seed, iteration, mb)
+
+
+def as_blocks(model):
+    """A ModelSpec as `SpecBlocks`; a block list as it is."""
+    return SpecBlocks(model) if isinstance(model, ModelSpec) else model
+
+
+class StageModule(nn.Module):
+    """Blocks lo..hi-1 of the model (a ModelSpec or a block list); parameters are named
+    `layers.<global index>.<...>` so that every rank's names match the reference model's."""
+
+    def __init__(self, model, lo: int, hi: int, seed: int = 0) -> None:
         super().__init__()
         self.lo, self.hi = lo, hi
-        self.layers = nn.ModuleDict({str(j): build_layer(model, j, seed) for j in range(lo, hi)})
+        blocks = as_blocks(model)
+        self.layers = nn.ModuleDict({str(j): blocks.build(j, seed) for j in range(lo, hi)})
 
     def forward(self, x: torch.Tensor | None, batch: dict) -> torch.Tensor:
         for layer in self.layers.values():
@@ -27,9 +67,9 @@ class StageModule(nn.Module):
         return x
 
 
-def stage_input_shape(model: ModelSpec, lo: int) -> tuple[int, ...] | None:
+def stage_input_shape(model, lo: int) -> tuple[int, ...] | None:
     """Shape of the activation a stage starting at layer `lo` receives (None for the first)."""
-    return None if lo == 0 else carry_shape(model, lo - 1)
+    return None if lo == 0 else as_blocks(model).carry_shape(lo - 1)
 
 
 @dataclass

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from octopipe.layers import carry_shape
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.job import Fault
+from octopipe.runtime.stage import as_blocks
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
@@ -37,7 +37,7 @@ class RankJob:
     """Everything a rank needs, resolved and picklable (`launch.rank_job` builds it from a Job);
     identical for all ranks except `rank`."""
 
-    model: ModelSpec | None
+    model: ModelSpec | object | None       # a ModelSpec or a block list (runtime/stage.py)
     partition: tuple[tuple[int, int], ...]
     table: ScheduleTable
     world: int
@@ -57,6 +57,8 @@ class RankJob:
     transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
     device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
     weights: object | None = None   # asynchronous weight policy (issue 15), applied per backward
+    batches: object | None = None   # real: batch(iteration, mb) -> dict (None: synthetic tokens)
+    autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -119,7 +121,7 @@ def _message_shape(job: RankJob, key: Key) -> tuple[int, ...]:
     boundary = key.stage - 1 if key.direction == FWD else key.stage
     if job.compute == "emulated":
         return (max(int(job.message_elems.get(boundary, 1)), 1),)
-    return carry_shape(job.model, job.partition[boundary][1] - 1)
+    return as_blocks(job.model).carry_shape(job.partition[boundary][1] - 1)
 
 
 def expected_messages(job: RankJob, rank: int, row: tuple[Action, ...]) -> dict[Key, tuple[int, tuple[int, ...]]]:
@@ -155,6 +157,9 @@ class Rank:
             self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
                                        job.table.n_microbatches, job.seed, self.device, job.table.mb_replica,
                                        job.weights)
+            if job.batches is not None:
+                self.compute.batches = job.batches
+            self.compute.autocast = getattr(torch, job.autocast) if job.autocast else None
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)

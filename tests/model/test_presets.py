@@ -42,7 +42,8 @@ def load(name):
     return build_model(OmegaConf.load(CONF / f"{name}.yaml"))
 
 
-ALL = sorted(p.stem for p in CONF.glob("*.yaml"))
+ALL = sorted(p.stem for p in CONF.glob("*.yaml")    # layer-pattern presets (module, hf: a user's blocks)
+             if not (OmegaConf.load(p).get("factory") or OmegaConf.load(p).get("hf")))
 TINY = [n for n in ALL if n.startswith("tiny_")]
 
 

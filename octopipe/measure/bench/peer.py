@@ -9,6 +9,12 @@ step). Every round launches all of them once, in a rotated order, so that a busy
 alike; `paired_speedup` is the median over rounds of each round's ratio.
 
     python -m octopipe.measure.bench.peer [--ranks 2 4] [--microbatches 8] [--model tiny_hybrid]
+
+`--train STEPS` compares training instead: the example GPT (examples/tiny_gpt.py, a user's
+blocks) trained for STEPS AdamW steps on the same plan (1F1B, interleaved 1F1B, ZB-V and the
+tuner's plan on the profiled blocks) by our runtime and by torch's `_PipelineScheduleRuntime`
+running our schedule.csv (`octopipe.train.torch_runtime`), tokens/s as the median step after
+the first; the losses of both are checked equal.
 """
 from __future__ import annotations
 
@@ -42,6 +48,15 @@ from octopipe.runtime.stage import StageModule
 from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
 from octopipe.tune.tuner import TuneOptions, tune
+from octopipe.config.cost import ProfiledCost
+from octopipe.cost.profiled import profile_blocks
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.plan import Partition
+from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.loop import TrainRankJob, launch_training, rank_payload
+from octopipe.train.optim import OptimSettings
+from octopipe.train.setup import EXAMPLE_FACTORY
+from octopipe.train.torch_runtime import train_with_torch
 
 PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
          ("zbv", "ScheduleZBVZeroBubble"))
@@ -190,6 +205,51 @@ def compare_at(model: ModelSpec, world: int, m: int, config: RuntimeConfig, roun
     return rows
 
 
+def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: OptimSettings, steps: int,
+                   dispatch: str) -> tuple[list[float], float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        rank = rank_payload(blocks, plan, RuntimeConfig(dispatch=dispatch), tmp, data)
+        run = launch_training(TrainRankJob(rank, optim, steps), 1800, 300)
+    return run.losses, _median([r["tokens_per_s"] for r in run.records[1:]])
+
+
+def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
+                     tune_budget_s: float) -> list[dict]:
+    """Tokens/s of training steps, ours and torch's runtime, on the same plans (see the module
+    docstring); per-round ratios are paired as in `compare_at`."""
+    blocks = check_blocks(UserBlocks(EXAMPLE_FACTORY, 64, 4, 256))
+    data = TokenBatches(load_corpus(""), blocks.seq_len, blocks.micro_batch_size, seed=0)
+    optim = OptimSettings(total_steps=steps)
+    plans = {}
+    for name, _ in PAIRS:
+        table = build_schedule(name, world, m)
+        plans[name] = Plan(Partition.uniform(blocks.n_blocks, table.n_stages), table, "tiny_gpt")
+    if tune_budget_s > 0:
+        cluster = local_cluster(world, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
+        costs = profile_blocks(blocks, ProfiledCost(device="cpu", cache_dir=""), cluster)
+        plans["octopipe"] = tune(costs, cluster, world, m, TuneOptions({"time_budget_s": tune_budget_s},
+                                                                       model="tiny_gpt")).plan
+    speed: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds):
+        names = list(plans)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            ours_losses, ours = _ours_training(blocks, plans[name], data, optim, steps, dispatch)
+            theirs_run = train_with_torch(blocks, plans[name], data, optim, steps)
+            if max(abs(a - b) / b for a, b in zip(ours_losses, theirs_run.losses)) > 1e-5:
+                raise RuntimeError(f"{name}: our losses and torch's differ")
+            speed.setdefault((name, "ours"), []).append(ours)
+            speed.setdefault((name, "torch"), []).append(_median([x["tokens_per_s"] for x in theirs_run.records[1:]]))
+    rows = []
+    for name in plans:
+        o, t = speed[(name, "ours")], speed[(name, "torch")]
+        rows.append({"ranks": world, "schedule": name, "octopipe_tokens_per_s": _median(o),
+                     "torch_tokens_per_s": _median(t), "paired_speedup": _median([a / b for a, b in zip(o, t)]),
+                     "placement": list(plans[name].placement), "steps": steps})
+        print(f"{world} ranks  train {name:12s} octopipe {_median(o):9,.0f} tok/s   torch runtime "
+              f"{_median(t):9,.0f} tok/s   ours/torch = {rows[-1]['paired_speedup']:.2f}x", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
@@ -203,7 +263,18 @@ def main(argv: list[str] | None = None) -> dict:
                     help="give torch's ranks the heap setting ours use (worker.keep_heap), to compare the "
                          "executors alone")
     ap.add_argument("--out", default="runs/bench")
+    ap.add_argument("--train", type=int, default=0, metavar="STEPS",
+                    help="compare training steps of the example GPT instead (our runtime vs torch's)")
     args = ap.parse_args(argv)
+    if args.train:
+        rows = [row for world in args.ranks for row in
+                compare_training(world, args.microbatches, args.train, args.rounds, args.dispatch,
+                                 args.tune_budget_s)]
+        doc = {"model": EXAMPLE_FACTORY, "microbatches": args.microbatches, "dispatch": args.dispatch,
+               "backend": "gloo", "cores": os.cpu_count(), "rows": rows}
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_json(Path(args.out) / "train_peer.json", doc)
+        return doc
     model = build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml"))
     config = RuntimeConfig(dispatch=args.dispatch, iterations=args.iterations + 1, warmup=0, timeout_s=600)
     rows = []

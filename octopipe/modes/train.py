@@ -1,0 +1,75 @@
+"""`mode=train`: train a model with the plan, on the runtime's ranks, on real text.
+
+The model is a user's factory (`model=module model.factory=PKG.MOD:FUNC`) or a preset's layers
+(above runtime.max_params parameters, `train.model=auto` trains the example factory instead);
+its blocks are profiled here and planned by the tuner (`train.plan=tuned`, the default) or laid
+out as schedule=<name> (`train.plan=schedule`), then trained for `train.steps` AdamW steps of
+`train.microbatches` micro-batches on `train.pp` ranks. `train.check_reference` also trains the
+single-process reference and reports the largest relative loss and weight difference.
+
+Writes summary.json (initial_loss, final_loss, loss_drop, tokens_per_s, steps, checkpoint,
+reference_max_rel_err when checked), loss.csv (step, loss, lr, grad_norm, tokens_per_s),
+loss.png, plan.json and schedule.csv.
+"""
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from octopipe.modes.artifacts import plan_artifacts, text_artifact
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
+from octopipe.progress import weighted_progress
+from octopipe.train.loop import launch_training, reference_train
+from octopipe.train.summary import compare, figures, loss_csv, loss_png
+from octopipe.train.setup import fingerprints, setup, start_step, train_job
+
+
+def run(inputs: Inputs) -> Result:
+    cfg = inputs.config
+    t = cfg.train
+    s = setup(cfg, inputs.progress)
+    meta = fingerprints(s, cfg.seed)
+    start = start_step(cfg, meta)
+    report: list = []
+    if s.note:
+        report.append(f"[yellow]{s.note}[/yellow]")
+    n_params = int(s.costs.params.sum())
+    report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
+                  f"{t.pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
+                  f"placement {list(s.plan.placement)}{', split layers ' + str(dict(s.plan.shards)) if s.plan.shards else ''}), "
+                  f"{t.microbatches} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
+    with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
+            weighted_progress("train", show=inputs.interactive) as update:
+        every = max(1, (t.steps - start) // 10)
+
+        def on_step(r: dict) -> None:
+            line = f"step {r['step']}/{t.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s"
+            update(line, r["step"] - start, t.steps - start)
+            if not inputs.interactive and (r["step"] - start) % every == 0:
+                inputs.progress(line)
+        job = train_job(cfg, s, tmp, start)
+        result = launch_training(job, t.timeout_s, cfg.runtime.stall_s, on_step)
+    recs = result.records
+    summary = {"status": "ok", "model": s.name, "pp": t.pp, "microbatches": t.microbatches,
+               "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
+               **figures(result, t.steps, start)}
+    summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
+    if t.check_reference:
+        inputs.progress("training the single-process reference")
+        ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,
+                              torch.bfloat16 if t.precision == "bf16" else None)
+        loss_err, weight_err = compare(result, ref, s.blocks, s.plan.shards)
+        summary.update(reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
+                       reference_max_rel_err=max(loss_err, weight_err))
+        report.append(f"single-process reference: losses within {loss_err:.2e}, final weights within "
+                      f"{weight_err:.2e} (relative)")
+    report.append(f"loss {summary['initial_loss']:.3f} → {summary['final_loss']:.3f} "
+                  f"({summary['loss_drop']:.0%} lower) over steps {start + 1}–{t.steps}; "
+                  f"{summary['tokens_per_s']:,.0f} tokens/s"
+                  + (f"; checkpoint {result.checkpoint}" if result.checkpoint else ""))
+    title = f"{s.name} on {t.pp} ranks ({s.plan.table.name}), {t.precision}"
+    artifacts = (*plan_artifacts(s.plan), text_artifact("loss.csv", loss_csv(recs)),
+                 Artifact("loss.png", lambda path: loss_png(path, recs, title)))
+    return Result(summary, tuple(report), artifacts)

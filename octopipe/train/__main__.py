@@ -1,0 +1,104 @@
+"""torchrun entry: `torchrun --nproc-per-node=N -m octopipe.train [key=value ...]`.
+
+The overrides are mode=train's (`model=module model.factory=...`, `train.steps=...`,
+`train.pp` must equal the number of processes); `hydra.run.dir=DIR` chooses where
+summary.json, loss.csv, loss.png and plan.json go (default runs/torchrun/<date>_<time>). Rank 0
+profiles and plans, every rank receives the same setup, then each runs its row of the plan.
+Several machines: add torchrun's --nnodes, --node-rank and --rdzv-backend/--rdzv-endpoint flags;
+on GPUs pass runtime.backend=nccl (one GPU per rank) or runtime.device=cuda with gloo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from hydra import compose, initialize_config_dir
+
+from octopipe.config import load, register
+from octopipe.errors import ConfigError, OctoPipeError
+from octopipe.io import CONF_DIR, write_json, write_text
+from octopipe.runtime.control import TorchrunControl
+from octopipe.schedule.library import SCHEDULE_PRESETS
+from octopipe.schedule.plan_io import plan_to_doc
+from octopipe.train.loop import follow, gather, train_rank
+from octopipe.train.setup import setup, start_step, train_job, fingerprints
+from octopipe.train.summary import figures, loss_csv, loss_png
+
+
+def _config(argv: list[str]):
+    register(SCHEDULE_PRESETS)
+    overrides = [a for a in argv if "=" in a and not a.startswith("hydra.")]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return load(compose("config", overrides=["mode=train", *overrides]))
+
+
+def _prepare(cfg, rank: int):
+    """Rank 0's setup and first step (or the error it met), shared with every rank."""
+    box: list = [None]
+    if rank == 0:
+        try:
+            s = setup(cfg, lambda line: print(f"octopipe train: {line}", flush=True))
+            box = [(s, start_step(cfg, fingerprints(s, cfg.seed)))]
+        except OctoPipeError as e:
+            box = [e]
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], Exception):
+        raise box[0]
+    return box[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
+                    f"runs/torchrun/{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
+    rank, world = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
+    try:
+        if rank < 0:
+            raise ConfigError("python -m octopipe.train is torchrun's entry; run it under torchrun, "
+                              "or use python -m octopipe.run mode=train")
+        cfg = _config(argv)
+        if cfg.train.pp != world:
+            raise ConfigError(f"train.pp={cfg.train.pp} but torchrun started {world} processes; set "
+                              f"--nproc-per-node x --nnodes = train.pp")
+        dist.init_process_group(cfg.runtime.backend, init_method="env://")
+        s, start = _prepare(cfg, rank)
+        ranks = out / "ranks"
+        ranks.mkdir(parents=True, exist_ok=True)
+        if rank == 0:
+            (ranks / "progress.jsonl").unlink(missing_ok=True)
+        dist.barrier()
+        stop = threading.Event()
+        every = max(1, (cfg.train.steps - start) // 10)
+        log = threading.Thread(target=follow, daemon=True, args=(ranks / "progress.jsonl", lambda r: print(
+            f"step {r['step']}/{cfg.train.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s",
+            flush=True) if (r["step"] - start) % every == 0 else None, stop))
+        if rank == 0:
+            log.start()
+        train_rank(rank, train_job(cfg, s, str(ranks), start, "env://"), TorchrunControl())
+        stop.set()
+        if rank == 0:
+            log.join()
+        if rank == 0:
+            run = gather(ranks, world)
+            summary = {"status": "ok", "mode": "train", "launcher": "torchrun", "model": s.name,
+                       "pp": world, "plan": s.plan.table.name, **figures(run, cfg.train.steps, start)}
+            write_json(out / "summary.json", summary)
+            write_text(out / "loss.csv", loss_csv(run.records))
+            write_text(out / "plan.json", json.dumps(plan_to_doc(s.plan), indent=1) + "\n")
+            loss_png(out / "loss.png", run.records, f"{s.name} on {world} torchrun ranks")
+            print(f"loss {run.losses[0]:.3f} -> {run.losses[-1]:.3f} over steps {start + 1}-"
+                  f"{cfg.train.steps}; {summary['tokens_per_s']:,.0f} tokens/s; results: {out}", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+    except OctoPipeError as e:
+        print(f"octopipe: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

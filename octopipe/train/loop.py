@@ -1,0 +1,227 @@
+"""The training loop on the runtime's ranks, and the single-process reference it equals.
+
+A step is one pipeline iteration (the table's micro-batches, gradients accumulated as their
+mean), then AdamW on every stage after clipping by the global norm. Rank 0 appends each step's
+loss, learning rate, norm and tokens/s to `progress.jsonl`, which the launcher follows for the
+progress bar. Checkpoints every `checkpoint_every` steps (and at the end) through
+`octopipe.train.checkpoint`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.errors import ScheduleError
+from octopipe.plan import Plan
+from octopipe.runtime.launch import check_job, free_port, run_ranks
+from octopipe.runtime.transport import choose_transport
+from octopipe.runtime.stage import StageModule, as_blocks
+from octopipe.runtime.worker import Aborted, Rank, RankJob, keep_heap
+from octopipe.train import checkpoint
+from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
+
+
+@dataclass(frozen=True)
+class TrainRankJob:
+    """What every training rank runs: the runtime's `rank` payload (blocks, partition, table,
+    batches, precision) for steps `start .. steps-1` with `optim`, checkpointing into
+    `checkpoint_dir` every `checkpoint_every` steps (0: never) with `meta` (fingerprints)."""
+
+    rank: RankJob
+    optim: OptimSettings
+    steps: int
+    start: int = 0
+    resume: str = ""
+    checkpoint_every: int = 0
+    checkpoint_dir: str = ""
+    meta: dict = field(default_factory=dict)
+    plan_json: str = ""
+
+
+def _stage_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
+    out = {f"model.{n}": p for c, mod in sorted(worker.compute.copies.items()) if c[0] == 0
+           for n, p in mod.named_parameters()}
+    return {**out, **opt.state_tensors()}
+
+
+def _restore(worker: Rank, opt: StageOptimizers, path: str) -> None:
+    loaded = checkpoint.load(path, _stage_tensors(worker, opt))
+    with torch.no_grad():
+        for _, mod in sorted(worker.compute.copies.items()):
+            for n, p in mod.named_parameters():
+                p.copy_(loaded[f"model.{n}"])
+    opt.load_state_tensors(loaded)
+
+
+def _mean_loss(worker: Rank, m: int) -> float:
+    total = torch.tensor([sum(v for _, v in sorted(worker.compute.losses.items()))], dtype=torch.float64)
+    dist.all_reduce(total)
+    return float(total) / m
+
+
+def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
+    opt = StageOptimizers(worker.compute.copies, job.optim, distributed=True)
+    if job.resume:
+        _restore(worker, opt, job.resume)
+    table = worker.table
+    tokens = table.n_microbatches * job.rank.batches.batch(job.start, 0)["ids"].numel()
+    losses, saved = [], ""
+    for step in range(job.start, job.steps):
+        t0 = time.perf_counter()
+        worker.events = []
+        worker.iteration(step)
+        loss = _mean_loss(worker, table.n_microbatches)
+        norm = opt.step(step)
+        dt = time.perf_counter() - t0
+        losses.append(loss)
+        last = step + 1 == job.steps
+        if job.checkpoint_every and ((step + 1) % job.checkpoint_every == 0 or last):
+            saved = str(checkpoint.save(job.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.meta,
+                                          {"plan.json": job.plan_json} if job.plan_json else None))
+        if rank == 0:
+            with open(out / "progress.jsonl", "a") as f:
+                f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.optim, step),
+                                    "grad_norm": norm, "step_s": dt, "tokens_per_s": tokens / dt}) + "\n")
+    params = {n: p.detach().cpu().clone() for c, mod in sorted(worker.compute.copies.items())
+              if c[0] == 0 for n, p in mod.named_parameters()}
+    return {"losses": losses, "params": params, "checkpoint": saved, "events": worker.events}
+
+
+def train_rank(rank: int, job: TrainRankJob, control) -> None:
+    """One training rank from process start to its rank<R>.pt (the process group is joined
+    here unless torchrun's entry joined it already)."""
+    rj = job.rank
+    keep_heap()
+    torch.set_num_threads(rj.threads)
+    if rj.cpus:
+        os.sched_setaffinity(0, {rj.cpus[rank]})
+    if rj.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    if not dist.is_initialized():
+        dist.init_process_group(rj.backend, init_method=rj.init_method, rank=rank, world_size=rj.world)
+    worker = Rank(rj, rank, control)
+    out = Path(rj.result_dir)
+    doc = _train(rank, job, worker, out)
+    torch.save(doc, out / f"rank{rank}.pt")
+    dist.barrier()
+    control.finished(rank)
+
+
+def train_rank_main(rank: int, job: TrainRankJob, control) -> None:
+    """Process entry of one locally launched training rank (the launcher passes the rank first)."""
+    try:
+        train_rank(rank, job, control)
+    except Aborted:
+        control.fail(rank, "stopped because another rank failed", "", peer=True)
+        os._exit(1)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        control.fail(rank, f"{type(e).__name__}: {first}", traceback.format_exc(),
+                     peer=isinstance(e, ConnectionError))
+        os._exit(1)
+    os._exit(0)
+
+
+@dataclass
+class TrainRun:
+    """What a training launch gave: the mean loss of each step run, the final parameters of
+    every stage (names as the single-process model's), the last checkpoint written."""
+
+    losses: list[float]
+    params: dict[str, torch.Tensor]
+    checkpoint: str
+    records: list[dict]
+    events: list[list[dict]] = field(default_factory=list)
+
+
+def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
+    """Call `on_step` on each record rank 0 appends to `path`, until `stop` (then the rest)."""
+    seen = 0
+    while True:
+        done = stop.is_set()
+        if path.exists():
+            lines = path.read_text().splitlines()
+            for line in lines[seen:]:
+                on_step(json.loads(line))
+            seen = len(lines)
+        if done:
+            return
+        time.sleep(0.2)
+
+
+def gather(out: Path, world: int) -> TrainRun:
+    """The rank files of a finished training launch in `out` as one TrainRun."""
+    docs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    params: dict[str, torch.Tensor] = {}
+    for d in docs:
+        params.update(d["params"])
+    path = out / "progress.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return TrainRun(docs[0]["losses"], params, docs[0]["checkpoint"], records, [d["events"] for d in docs])
+
+
+def launch_training(job: TrainRankJob, timeout_s: float, stall_s: float,
+                    on_step: Callable[[dict], None] | None = None) -> TrainRun:
+    """Run `job` on one local process per rank (`job.rank.result_dir` must exist); `on_step`
+    sees each step's record as rank 0 writes it."""
+    out = Path(job.rank.result_dir)
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, args=(out / "progress.jsonl", on_step, stop), daemon=True) \
+        if on_step else None
+    if follower:
+        follower.start()
+    try:
+        run_ranks(train_rank_main, job, job.rank.table, timeout_s, stall_s)
+    finally:
+        stop.set()
+        if follower:
+            follower.join()
+    return gather(out, job.rank.world)
+
+
+def reference_train(blocks, batches, n_microbatches: int, optim: OptimSettings, steps: int,
+                    seed: int = 0, autocast: torch.dtype | None = None) -> TrainRun:
+    """The same training in one process: the whole block list as one stage, micro-batches in
+    order, the mean loss's gradient, the same AdamW, schedule and clipping."""
+    full = StageModule(blocks, 0, as_blocks(blocks).n_blocks, seed)
+    opt = StageOptimizers({(0, 0): full}, optim)
+    losses = []
+    for step in range(steps):
+        full.zero_grad(set_to_none=True)
+        total = 0.0
+        for m in range(n_microbatches):
+            batch = batches.batch(step, m)
+            with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+                loss = full(None, batch)
+            (loss / n_microbatches).backward()
+            total += float(loss.detach())
+        losses.append(total / n_microbatches)
+        opt.step(step)
+    params = {k: p.detach().clone() for k, p in full.named_parameters()}
+    return TrainRun(losses, params, "", [])
+
+
+def rank_payload(blocks, plan: Plan, config: RuntimeConfig, result_dir: str, batches,
+                 seed: int = 0, autocast: str = "", init_method: str = "") -> RankJob:
+    """The runtime's payload of a training launch: `plan` run on `blocks` (a block list or a
+    ModelSpec) with `batches`, seeded weights, `config`'s dispatch, backend and transport."""
+    n = as_blocks(blocks).n_blocks
+    if plan.partition.n_layers != n:
+        raise ScheduleError(f"plan {plan.table.name!r} partitions {plan.partition.n_layers} blocks but the "
+                            f"model has {n}")
+    table = check_job(None, plan.partition.ranges, plan.table)
+    transport, device = choose_transport(config.backend, config.transport, config.device)
+    return RankJob(blocks, plan.partition.ranges, table, table.n_devices,
+                   init_method or f"tcp://127.0.0.1:{free_port()}", config.backend, config.dispatch,
+                   "real", 1, seed, 0.0, result_dir=result_dir, transport=transport, device=device,
+                   batches=batches, autocast=autocast)

@@ -1,0 +1,128 @@
+"""AdamW with decoupled weight decay, a warm-up + cosine learning rate and gradient clipping by
+the global norm across ranks, one optimizer per (replica, stage).
+
+One AdamW per stage copy, because AdamW updates each parameter from its own gradient and state
+alone: stepping every stage after an iteration's flush (`step`) is exactly one AdamW over the
+whole model, and `step_stage` is the per-backward update an asynchronous schedule (PipeDream)
+makes on one stage. Matrices (ndim >= 2) decay; biases, norms and gains do not.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW and its learning-rate schedule (TrainConfig's optimizer fields as one value)."""
+
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    warmup_steps: int = 10
+    total_steps: int = 100
+    min_lr_ratio: float = 0.1
+    clip_norm: float = 1.0          # 0: no clipping
+
+
+def lr_at(s: OptimSettings, step: int) -> float:
+    """The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup_steps`,
+    then a cosine decay to `min_lr_ratio * lr` at `total_steps`."""
+    if s.warmup_steps and step < s.warmup_steps:
+        return s.lr * (step + 1) / s.warmup_steps
+    span = max(1, s.total_steps - s.warmup_steps)
+    progress = min(1.0, (step - s.warmup_steps) / span)
+    low = s.lr * s.min_lr_ratio
+    return low + (s.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _groups(module: nn.Module, weight_decay: float) -> list[dict]:
+    decay = [p for p in module.parameters() if p.requires_grad and p.ndim >= 2]
+    flat = [p for p in module.parameters() if p.requires_grad and p.ndim < 2]
+    return [g for g in ({"params": decay, "weight_decay": weight_decay},
+                        {"params": flat, "weight_decay": 0.0}) if g["params"]]
+
+
+class StageOptimizers:
+    """AdamW per stage copy of `stages` ((replica, stage) -> module). `counted` are the copies
+    whose gradients enter the global norm (one copy per stage: Chimera's replicas hold the same
+    summed gradients); `distributed` all-reduces the norm over the default process group."""
+
+    def __init__(self, stages: dict[tuple[int, int], nn.Module], settings: OptimSettings,
+                 distributed: bool = False) -> None:
+        self.stages, self.settings, self.distributed = stages, settings, distributed
+        self.counted = [c for c in sorted(stages) if c[0] == 0]
+        self.opts = {c: torch.optim.AdamW(_groups(m, settings.weight_decay), lr=settings.lr,
+                                          betas=(settings.beta1, settings.beta2), eps=settings.eps,
+                                          foreach=False)
+                     for c, m in stages.items() if any(p.requires_grad for p in m.parameters())}
+
+    def _grads(self, copies) -> list[torch.Tensor]:
+        return [p.grad for c in copies for p in self.stages[c].parameters() if p.grad is not None]
+
+    def grad_norm(self) -> float:
+        """The L2 norm of every stage's gradient, over all ranks (float64 sums)."""
+        sq = torch.zeros((), dtype=torch.float64)
+        for g in self._grads(self.counted):
+            sq += g.detach().double().pow(2).sum().cpu()
+        if self.distributed:
+            dist.all_reduce(sq)
+        return float(sq.sqrt())
+
+    def clip(self) -> float:
+        """Scale every gradient so that the global norm is at most `clip_norm`; the norm before."""
+        norm = self.grad_norm()
+        limit = self.settings.clip_norm
+        if limit > 0 and norm > limit:
+            coef = limit / (norm + 1e-6)
+            for g in self._grads(sorted(self.stages)):
+                g.mul_(coef)
+        return norm
+
+    def step_stage(self, stage: int, step: int) -> None:
+        """The AdamW update of every copy of `stage` this rank holds, at step `step`'s rate."""
+        lr = lr_at(self.settings, step)
+        for c, opt in self.opts.items():
+            if c[1] == stage:
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                opt.step()
+
+    def step(self, step: int) -> float:
+        """Clip by the global norm, then update every stage; the norm before clipping."""
+        norm = self.clip()
+        for stage in sorted({c[1] for c in self.opts}):
+            self.step_stage(stage, step)
+        return norm
+
+    # checkpoints: flat name -> tensor ---------------------------------------------------
+    def _named(self, c: tuple[int, int]) -> list[tuple[str, nn.Parameter]]:
+        by_id = {id(p): n for n, p in self.stages[c].named_parameters()}
+        return [(by_id[id(p)], p) for g in self.opts[c].param_groups for p in g["params"]]
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """AdamW's state as `optim.<parameter>.<step|exp_avg|exp_avg_sq>` tensors (zeros
+        before the first step, so a fresh optimizer has the shapes a checkpoint fills)."""
+        out = {}
+        for c in sorted(self.opts):
+            state = self.opts[c].state
+            for name, p in self._named(c):
+                st = state.get(p, {})
+                out[f"optim.{name}.step"] = st.get("step", torch.zeros((), dtype=torch.float32))
+                out[f"optim.{name}.exp_avg"] = st.get("exp_avg", torch.zeros_like(p))
+                out[f"optim.{name}.exp_avg_sq"] = st.get("exp_avg_sq", torch.zeros_like(p))
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore what `state_tensors` gave (as a checkpoint loaded it)."""
+        for c in sorted(self.opts):
+            for name, p in self._named(c):
+                self.opts[c].state[p] = {k: tensors[f"optim.{name}.{k}"].clone().to(p.device if k != "step"
+                                                                                       else "cpu")
+                                         for k in ("step", "exp_avg", "exp_avg_sq")}

@@ -1,0 +1,201 @@
+"""From the typed config to a training job: the blocks, the data, the measured costs, the plan.
+
+`blocks_for` picks the model (a user's factory, `model=module model.factory=...`, or a preset's
+layers); `plan_for` profiles the blocks on this machine (`cost=profiled`: F, I, W, stored
+activations, parameters, message bytes) and plans them with the tuner (split layers where a
+preset's layer kind splits; a user's blocks stay whole) or lays out schedule=<name> on an even
+partition. `fingerprints` names the model and the plan a checkpoint belongs to.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from octopipe.cluster import Cluster
+from octopipe.config.cost import ProfiledCost
+from octopipe.config.presets import preset
+from octopipe.config.schema import Config
+from octopipe.cost.profiled import profile_blocks, profiled_costs
+from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError
+from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.model.build import build_model
+from octopipe.model.hf import vocab_of
+from octopipe.model.params import model_params
+from octopipe.model.spec import ModelSpec
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.plan import Partition, Plan, plan_model
+from octopipe.runtime.stage import SpecBlocks
+from octopipe.schedule.library import build_schedule
+from octopipe.schedule.plan_io import load_plan, plan_to_doc
+from octopipe.train import checkpoint
+from octopipe.train.checkpoint import fingerprint
+from octopipe.train.loop import TrainRankJob, rank_payload
+from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.optim import OptimSettings
+from octopipe.train.tokenizer import tokenize
+from octopipe.tune import TuneOptions, tune
+from octopipe.tune.sharding import model_sharder
+
+EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
+HF_FACTORY = "octopipe.model.hf:build"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A training run's inputs: `blocks` (UserBlocks or SpecBlocks of the split model the plan
+    runs), `reference_blocks` (the unsplit model), data, plan and optimizer; `note` says why
+    the model differs from the one asked for."""
+
+    name: str
+    blocks: object
+    reference_blocks: object
+    batches: TokenBatches
+    plan: Plan
+    costs: CostTable
+    optim: OptimSettings
+    note: str = ""
+
+
+def _user_blocks(cfg: Config, factory: str, seq_len: int, mbs: int, vocab: int) -> UserBlocks:
+    return check_blocks(UserBlocks(factory, seq_len, mbs, vocab), cfg.seed)
+
+
+def blocks_for(cfg: Config) -> tuple[object, str, str]:
+    """(blocks, name, note): the user's factory when `model.factory` is set, else the model
+    group's preset (train.model=auto falls back to the example factory above
+    runtime.max_params parameters), else the preset `train.model` names."""
+    chosen = cfg.model if cfg.train.model == "auto" else preset("model", cfg.train.model)
+    if chosen.hf:
+        blocks = UserBlocks(HF_FACTORY, chosen.seq_len, chosen.micro_batch_size, vocab_of(chosen.hf),
+                            (("config", chosen.hf),))
+        return check_blocks(blocks, cfg.seed), f"hf:{chosen.hf}", ""
+    if chosen.factory:
+        return _user_blocks(cfg, chosen.factory, chosen.seq_len, chosen.micro_batch_size, chosen.vocab), \
+            chosen.factory, ""
+    model = build_model(chosen)
+    if cfg.train.model == "auto" and model_params(model) > cfg.runtime.max_params:
+        mod = preset("model", "module")
+        note = (f"{model.name} has {model_params(model) / 1e9:.2f}B parameters, above runtime.max_params="
+                f"{float(cfg.runtime.max_params):.3g}: training the example factory {EXAMPLE_FACTORY} instead "
+                f"(model=module model.factory=... or train.model=<preset> chooses another)")
+        return _user_blocks(cfg, EXAMPLE_FACTORY, mod.seq_len, mod.micro_batch_size, mod.vocab), \
+            EXAMPLE_FACTORY, note
+    return SpecBlocks(model), model.name, ""
+
+
+def _shape(blocks) -> tuple[int, int, int]:
+    if isinstance(blocks, SpecBlocks):
+        m = blocks.model
+        return m.seq_len, m.micro_batch_size, m.vocab
+    return blocks.seq_len, blocks.micro_batch_size, blocks.vocab
+
+
+def batches_for(cfg: Config, blocks) -> TokenBatches:
+    seq, mbs, vocab = _shape(blocks)
+    tokens = tokenize(load_corpus(cfg.train.corpus), cfg.train.tokenizer, vocab)
+    return TokenBatches(tokens, seq, mbs, cfg.seed)
+
+
+def optim_for(cfg: Config) -> OptimSettings:
+    t = cfg.train
+    return OptimSettings(lr=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
+                         total_steps=t.steps, min_lr_ratio=t.min_lr_ratio, clip_norm=t.clip_norm)
+
+
+def profiled_cost(cfg: Config) -> ProfiledCost:
+    """The `cost` section if it is `profiled`, else the profiled preset (training plans always
+    run on measured costs)."""
+    return cfg.cost if isinstance(cfg.cost, ProfiledCost) else preset("cost", "profiled")
+
+
+def train_cluster(cfg: Config) -> Cluster:
+    cache = profiled_cost(cfg).cache_dir
+    link = measure_loopback(cache=(Path(cache).parent if cache else Path("runs/cache")) / "loopback_link.json")
+    return local_cluster(cfg.train.pp, link)
+
+
+def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
+    cost = profiled_cost(cfg)
+    if isinstance(blocks, SpecBlocks):
+        return profiled_costs(cost, blocks.model, cluster)
+    return profile_blocks(blocks, cost, cluster)
+
+
+def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
+    """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json) or
+    schedule=<name> on an even partition."""
+    t = cfg.train
+    if t.resume and t.plan == "tuned":
+        path = Path(t.resume) / "plan.json"
+        if not path.is_file():
+            raise ConfigError(f"train.resume={t.resume}: no plan.json there; not a checkpoint of mode=train")
+        return load_plan(path)
+    if t.plan == "schedule":
+        table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
+        return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
+                    {"source": "mode=train"})
+    sharder = None
+    if isinstance(blocks, SpecBlocks):
+        cost = profiled_cost(cfg)
+        sharder = model_sharder(blocks.model, lambda m: profiled_costs(cost, m, cluster))
+    res = tune(costs, cluster, t.pp, t.microbatches, TuneOptions(
+        replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
+        sharder=sharder))
+    return res.plan
+
+
+def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
+    """Everything a training run needs, built once (errors before any rank starts)."""
+    blocks, name, note = blocks_for(cfg)
+    if cfg.train.resume:      # refuse another model's checkpoint before profiling and planning
+        checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume),
+                              {**checkpoint.read_meta(cfg.train.resume), **model_fingerprint(name, blocks, cfg.seed)})
+    batches = batches_for(cfg, blocks)
+    cluster = train_cluster(cfg)
+    progress(f"profiling {name} on this machine")
+    costs = costs_for(cfg, blocks, cluster)
+    progress(f"planning {name} on {cfg.train.pp} ranks")
+    plan = plan_for(cfg, blocks, costs, cluster, name)
+    run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
+    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note)
+
+
+def model_fingerprint(name: str, blocks, seed: int) -> dict:
+    """The model's part of a checkpoint's identity: its blocks, training shape and seed."""
+    model = {"name": name, "blocks": list(blocks.names) if isinstance(blocks, UserBlocks) else repr(blocks.model.layers),
+             "shape": list(_shape(blocks)), "seed": seed}
+    return {"model": fingerprint(model), "model_name": name}
+
+
+def fingerprints(s: Setup, seed: int) -> dict:
+    """What a checkpoint must match to resume: the model (its blocks and initial seed) and the
+    plan (partition, placement, micro-batches, split layers)."""
+    plan = {"partition": [list(r) for r in s.plan.partition.ranges], "placement": list(s.plan.placement),
+            "microbatches": s.plan.table.n_microbatches, "shards": dict(s.plan.shards),
+            "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
+    return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
+            "plan_name": s.plan.table.name}
+
+
+def start_step(cfg: Config, meta: dict) -> int:
+    """The step a run begins at: 0, or the resumed checkpoint's after its fingerprints match."""
+    if not cfg.train.resume:
+        return 0
+    start = checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume), meta)
+    if start >= cfg.train.steps:
+        raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
+                          f"train.steps={cfg.train.steps} leaves nothing to run")
+    return start
+
+
+def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0, init_method: str = "") -> TrainRankJob:
+    """What every rank runs for `s` (rank files into `result_dir`)."""
+    t = cfg.train
+    rank = rank_payload(s.blocks, s.plan, replace(cfg.runtime, dispatch=t.dispatch), result_dir, s.batches, cfg.seed,
+                        "bfloat16" if t.precision == "bf16" else "", init_method)
+    return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every,
+                        t.checkpoint_dir or "runs/checkpoints", fingerprints(s, cfg.seed),
+                        json.dumps(plan_to_doc(s.plan), indent=1) + "\n")

@@ -1,0 +1,59 @@
+"""A training run's figures and files: summary.json's keys, loss.csv, loss.png, and the
+comparison with the single-process reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from octopipe.layers.pieces import shard_state_dict
+from octopipe.runtime.stage import SpecBlocks
+from octopipe.train.loop import TrainRun
+
+
+def rel_err(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare(run: TrainRun, ref: TrainRun, blocks, shards) -> tuple[float, float]:
+    """(largest relative loss difference over the steps `run` ran, largest norm-wise relative
+    difference of the final weights); a split plan's pieces are compared with the slices of
+    the reference's whole layers (`blocks`: the split model's)."""
+    losses = max(rel_err(a, b) for a, b in zip(run.losses, ref.losses[-len(run.losses):]))
+    want = ref.params
+    if isinstance(blocks, SpecBlocks) and shards:
+        want = shard_state_dict(blocks.model, want)
+    weights = max(float((run.params[k] - v).norm()) / max(float(v.norm()), 1e-12) for k, v in want.items())
+    return losses, weights
+
+
+def figures(run: TrainRun, steps: int, start: int) -> dict:
+    """summary.json's training figures: losses, tokens/s (median over the steps after the first),
+    steps, checkpoint."""
+    recs = run.records
+    speeds = [r["tokens_per_s"] for r in recs[1:]] or [r["tokens_per_s"] for r in recs] or [0.0]
+    return {"start_step": start, "steps": steps, "initial_loss": run.losses[0], "final_loss": run.losses[-1],
+            "loss_drop": 1.0 - run.losses[-1] / run.losses[0], "tokens_per_s": float(np.median(speeds)),
+            "checkpoint": run.checkpoint or None}
+
+
+def loss_csv(records: list[dict]) -> str:
+    rows = ["step,loss,lr,grad_norm,step_s,tokens_per_s"]
+    rows += [f"{r['step']},{r['loss']!r},{r['lr']:.6g},{r['grad_norm']:.6g},{r['step_s']:.4f},"
+             f"{r['tokens_per_s']:.1f}" for r in records]
+    return "\n".join(rows) + "\n"
+
+
+def loss_png(path: Path, records: list[dict], title: str) -> None:
+    import matplotlib  # plotting only for this artifact
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after the backend is chosen
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,42 @@
+"""Tiny training setups shared by the tests: a user module, a hybrid of every text layer kind,
+their data, and one-call pipeline and reference runs."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.plan import Partition, Plan
+from octopipe.schedule.library import build_schedule
+from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.loop import TrainRankJob, TrainRun, launch_training, rank_payload
+from octopipe.train.optim import OptimSettings
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+OPTIM = OptimSettings(lr=1e-2, warmup_steps=3, total_steps=20, clip_norm=1.0)
+
+
+def gpt(seq: int = 16, mbs: int = 2) -> UserBlocks:
+    """examples/tiny_gpt.py at width 32, depth 2: 4 blocks."""
+    return check_blocks(UserBlocks(f"{ROOT}/examples/tiny_gpt.py:build", seq, mbs, 256,
+                                   (("width", 32), ("depth", 2), ("heads", 2))))
+
+
+def batches(seq: int, mbs: int, vocab: int = 256) -> TokenBatches:
+    tokens = load_corpus("")
+    return TokenBatches(tokens if vocab >= 256 else (tokens % vocab).astype(np.uint8), seq, mbs, seed=0)
+
+
+def named_plan(name: str, n_blocks: int, pp: int = 2, m: int = 4) -> Plan:
+    table = build_schedule(name, pp, m)
+    return Plan(Partition.uniform(n_blocks, table.n_stages), table)
+
+
+def train(blocks, plan: Plan, data, steps: int = 20, optim: OptimSettings = OPTIM, **job) -> TrainRun:
+    """`steps` steps of `plan` on 2 local ranks (job: TrainRankJob fields, e.g. checkpoints)."""
+    with tempfile.TemporaryDirectory() as d:
+        rank = rank_payload(blocks, plan, RuntimeConfig(dispatch="strict"), d, data, autocast=job.pop("autocast", ""))
+        return launch_training(TrainRankJob(rank, optim, steps, **job), 240, 120)

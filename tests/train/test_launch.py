@@ -1,0 +1,45 @@
+"""mode=train end to end (profile, tune, train, files) and the 2-rank torchrun smoke test."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.train.helpers import ROOT
+
+SMALL = ["model=module", "model.factory=examples/tiny_gpt.py:build", "model.seq_len=32",
+         "model.micro_batch_size=2", "train.microbatches=4", "train.tune_s=1", "cost=profiled",
+         "cost.repeats=1", "cost.warmup=0", "cost.cache_dir="]
+
+
+def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path):
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", *SMALL, "train.steps=6",
+                        "train.check_reference=true", "train.checkpoint_every=3",
+                        f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={out}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["steps"] == 6 and s["final_loss"] < s["initial_loss"] and s["tokens_per_s"] > 0
+    assert s["reference_max_rel_err"] <= 1e-5 and s["plan"] == "octopipe"
+    assert s["checkpoint"].endswith("step_000006")
+    assert (tmp_path / "ckpt" / "step_000003" / "plan.json").is_file()
+    assert len((out / "loss.csv").read_text().splitlines()) == 7
+    assert {"loss.png", "plan.json", "schedule.csv"} <= {p.name for p in out.iterdir()}
+    bad = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", *SMALL, "train.steps=6",
+                          "model.seq_len=16", f"train.resume={tmp_path / 'ckpt' / 'step_000003'}",
+                          f"hydra.run.dir={tmp_path / 'bad'}"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and "the checkpoint is of another model" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_torchrun_two_ranks(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "octopipe.train", *SMALL, "train.steps=3", "train.plan=schedule",
+                        "schedule=1f1b", f"hydra.run.dir={tmp_path}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["launcher"] == "torchrun" and s["steps"] == 3 and s["plan"] == "1f1b"
+    assert s["final_loss"] < s["initial_loss"]
