@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from octopipe.errors import ScheduleError
+from octopipe.io import read_text
 from octopipe.schedule.action import Action
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable
@@ -191,7 +192,7 @@ def read_csv(path: str | Path, **kwargs) -> ScheduleTable:
     if not path.is_file():
         raise ScheduleError(f"schedule CSV {str(path)!r} does not exist")
     kwargs.setdefault("name", path.stem)
-    return read_csv_text(path.read_text(), source=str(path), **kwargs)
+    return read_csv_text(read_text(path, "schedule.file"), source=str(path), **kwargs)
 
 
 __all__ = ["FORMATS", "to_csv_text", "write_csv", "read_csv", "read_csv_text", "parse_csv_rows",
