@@ -104,8 +104,10 @@ class Stall:
 def _where(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, fin = control.status(rank)
     row = table.actions(rank)
-    if fin or done >= len(row):
+    if fin:
         return f"rank {rank}: finished its row (iteration {it})"
+    if done >= len(row):
+        return f"rank {rank}: done with iteration {it}, not yet in the next"
     action = row[idx] if 0 <= idx < len(row) else "?"
     verb = "waiting for the inputs of" if waiting else "running"
     return f"rank {rank}: {verb} {action} ({done}/{len(row)} of its row done, iteration {it})"
