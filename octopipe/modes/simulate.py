@@ -10,6 +10,7 @@ actually ran, a table that strict order reproduces.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from rich.table import Table
@@ -78,6 +79,15 @@ def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[
     return table, uniform_partition(n_layers, table.n_stages)
 
 
+def check_devices(cfg: Config, table: ScheduleTable) -> None:
+    """`pp` set to another rank count than `schedule.file`'s table is refused, not ignored (the
+    default `pp` yields to the file)."""
+    default = next(f.default for f in dataclasses.fields(Config) if f.name == "pp")
+    if cfg.schedule.file and cfg.pp not in (None, default) and cfg.pp != table.n_devices:
+        raise ConfigError(f"pp={cfg.pp} but schedule.file {cfg.schedule.file!r} has {table.n_devices} "
+                          f"ranks; drop pp or set pp={table.n_devices}")
+
+
 def summary_table(title: str, figures: dict) -> Table:
     t = Table(title=title, show_header=False)
     for k, v in figures.items():
@@ -91,9 +101,10 @@ def summary_table(title: str, figures: dict) -> Table:
 
 def run(inputs: Inputs) -> Result:
     cfg = inputs.config
-    model, cluster = inputs.model, inputs.cluster
+    model, cluster = inputs.costed_model, inputs.cluster   # cost=file: the profile's model
     costs = inputs.piece_costs(plan_file_shards(cfg))   # a split plan prices its pieces
     table, partition = schedule_from_cfg(cfg, costs.n_layers)
+    check_devices(cfg, table)
     if table.n_devices > cluster.n_devices:
         raise ConfigError(f"the schedule uses {table.n_devices} devices but the cluster has "
                           f"{cluster.n_devices}; set pp={cluster.n_devices} or pick a larger cluster")
