@@ -26,6 +26,7 @@ from octopipe.errors import ConfigError, DeadlockError, InfeasibleError, OctoPip
 from octopipe.modes.artifacts import compact_json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
+from octopipe.modes.simulate import check_work, estimated_actions
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
@@ -203,6 +204,7 @@ def run(inputs: Inputs) -> Result:
     model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
     p, m, chunks = cfg.pp, cfg.microbatches, cfg.chunks
     semantics, levels, seeds = cfg.sim.semantics, list(cfg.sim.jitter_levels), cfg.sim.seeds
+    check_work(cfg, *max((estimated_actions(cfg, name) for name in SCHEDULES), key=lambda e: e[0]))
     tables, skipped = applicable_tables(list(SCHEDULES), p, m, chunks)
     n_layers = costs.n_layers
     for name in [n for n, t in tables.items() if t.n_stages > n_layers]:
