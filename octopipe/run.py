@@ -121,8 +121,8 @@ def with_run_dir(argv: list[str], cfg: DictConfig | None) -> list[str]:
     runs started in the same second, or a user's directory holding another run's results, never
     share one; a fresh subdirectory is said on stdout. A directory that cannot be created is a
     ConfigError (one line)."""
-    if cfg is None:
-        return argv
+    if cfg is None or str(OmegaConf.select(cfg, "hydra.mode", default="")).endswith("MULTIRUN"):
+        return argv                 # a sweep: Hydra's sweep directory holds one per job
     given = [a for a in argv if a.startswith("hydra.run.dir=")]
     if given and not given[-1].partition("=")[2].strip():
         claim_run_dir("", "", True)

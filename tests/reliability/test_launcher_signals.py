@@ -16,17 +16,28 @@ from tests.reliability.procs import descendants, gone, wait_until
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 WORLD = 2
+CLI = ["-m", "octopipe.run", "mode=execute", "model=tiny_hybrid", f"pp={WORLD}", "microbatches=4",
+       "runtime.compute=emulated", "runtime.iterations=100000", "runtime.emulate_step_s=0.01"]
+LAUNCHER = ["-c", f"""
+from octopipe.plan import uniform_partition
+from octopipe.runtime.launch import execute
+from octopipe.schedule.library import build_schedule
+from tests.runtime import tiny
+if __name__ == "__main__":
+    model = tiny.hybrid()
+    execute(tiny.job(model, uniform_partition(model.n_layers, {WORLD}), build_schedule("1f1b", {WORLD}, 4),
+                     iterations=100000, timeout_s=600))
+"""]
 
 
-def start_execute(tmp_path):
-    """A long emulated `mode=execute` run on 2 ranks, its process and its temp dir root."""
+def start_execute(tmp_path, argv: list[str]):
+    """A long run on 2 ranks (the CLI's `mode=execute`, or `execute()` alone), its process and
+    the root of its temporary directories."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "octopipe.run", "mode=execute", "model=tiny_hybrid",
-                             f"pp={WORLD}", "microbatches=4", "runtime.compute=emulated",
-                             "runtime.iterations=100000", "runtime.emulate_step_s=0.01",
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env,
+    run_dir = [f"hydra.run.dir={tmp_path / 'run'}"] if argv == CLI else []
+    proc = subprocess.Popen([sys.executable, *argv, *run_dir], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # forkserver + resource tracker + one process per rank, and the ranks' temp dir
     ok = wait_until(lambda: len(descendants(proc.pid)) >= WORLD + 2 and list(tmp.glob("octopipe-run-*")),
@@ -38,16 +49,20 @@ def start_execute(tmp_path):
     return proc, tmp
 
 
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL],
-                         ids=["SIGTERM", "SIGKILL"])
-def test_killing_the_launcher_leaves_no_process_and_no_temp_dir(sig, tmp_path):
-    proc, tmp = start_execute(tmp_path)
+@pytest.mark.parametrize("sig, argv", [
+    (signal.SIGKILL, LAUNCHER),
+    pytest.param(signal.SIGTERM, LAUNCHER, marks=pytest.mark.slow),
+    pytest.param(signal.SIGTERM, CLI, marks=pytest.mark.slow),
+    pytest.param(signal.SIGKILL, CLI, marks=pytest.mark.slow),
+], ids=["SIGKILL-execute", "SIGTERM-execute", "SIGTERM-mode=execute", "SIGKILL-mode=execute"])
+def test_killing_the_launcher_leaves_no_process_and_no_temp_dir(sig, argv, tmp_path):
+    proc, tmp = start_execute(tmp_path, argv)
     below = descendants(proc.pid)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     left = lambda: [p for p in below if not gone(p)]       # noqa: E731
     assert wait_until(lambda: not left(), timeout=10), f"still running after 10 s: {left()}"
     assert wait_until(lambda: not list(tmp.glob("octopipe-run-*")), timeout=10)
-    if sig == signal.SIGTERM:
+    if sig == signal.SIGTERM and argv == CLI:
         assert proc.returncode == 128 + signal.SIGTERM
         assert "octopipe: terminated by SIGTERM" in err and "Traceback" not in err, err
