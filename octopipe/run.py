@@ -187,7 +187,8 @@ def _terminate(signum: int, frame: Any) -> None:
 def stops_cleanly() -> Iterator[None]:
     """Ctrl-C and SIGTERM/SIGHUP end the run through every `finally` (ranks stopped, temporary
     files removed), then print one line: exit 130 for Ctrl-C, 128 + the signal otherwise."""
-    handled = (signal.SIGTERM, signal.SIGHUP)
+    handled = [s for s in (signal.SIGTERM, signal.SIGHUP)
+               if signal.getsignal(s) is not signal.SIG_IGN]     # nohup's ignored SIGHUP stays so
     previous = {s: signal.signal(s, _terminate) for s in handled}
     try:
         yield
