@@ -28,7 +28,7 @@ from rich.console import Console
 from octopipe.config import Config, load, register
 from octopipe.config.store import registered_presets
 from octopipe.config.schema import MODES
-from octopipe.errors import OctoPipeError, Terminated
+from octopipe.errors import ConfigError, OctoPipeError, Terminated
 from octopipe.io import CONF_DIR, claim_run_dir, preset_names
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
@@ -125,7 +125,8 @@ def with_run_dir(argv: list[str], cfg: DictConfig | None) -> list[str]:
         return argv                 # a sweep: Hydra's sweep directory holds one per job
     given = [a for a in argv if a.startswith("hydra.run.dir=")]
     if given and not given[-1].partition("=")[2].strip():
-        claim_run_dir("", "", True)
+        raise ConfigError("hydra.run.dir is empty; give a directory, or leave it out for "
+                          "runs/<date>/<time>_<mode>")
     try:
         wanted = str(OmegaConf.select(cfg, "hydra.run.dir", throw_on_resolution_failure=True))
         mode = str(cfg.get("mode", "run"))
