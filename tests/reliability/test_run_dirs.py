@@ -46,6 +46,7 @@ def test_a_directory_holding_another_run_gets_a_fresh_subdirectory(tmp_path):
         claim_run_dir("  ", "x", given=True)
 
 
+@pytest.mark.slow      # the claim itself is tested above, deterministically
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
     """Two `mode=inspect` runs started in the same second (the default run directory names the
     second): each prints its own directory, which holds its own overrides and results."""
