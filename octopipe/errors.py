@@ -28,3 +28,12 @@ class SolverUnavailableError(OctoPipeError, RuntimeError):
 
 class RuntimeExecutionError(OctoPipeError, RuntimeError):
     """A rank of the torch.distributed runtime failed or stalled."""
+
+
+class Terminated(BaseException):
+    """The process was asked to stop by a signal (SIGTERM, SIGHUP); raised by the CLI's handler so
+    that every `finally` (ranks stopped, temporary files removed) runs on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -56,6 +56,7 @@ from octopipe.config.convert import check, convert
 from octopipe.config.cost import FileCost
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.io import read_text
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.spec import ModelSpec
 
@@ -288,7 +289,7 @@ def read_profile(path: str | Path) -> Profile:
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"cost.path={str(path)!r}: no such file; give a profile .csv or .json")
-    text = p.read_text()
+    text = read_text(p, "cost.path")
     if p.suffix.lower() == ".csv":
         return parse_csv(text, str(p))
     if p.suffix.lower() == ".json":

@@ -22,10 +22,11 @@ from rich.table import Table
 
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
-from octopipe.errors import DeadlockError, OctoPipeError
+from octopipe.errors import ConfigError, DeadlockError, InfeasibleError, OctoPipeError
 from octopipe.modes.artifacts import compact_json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
+from octopipe.modes.simulate import check_work, estimated_actions
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
@@ -82,16 +83,23 @@ def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
             row.update(makespan_s=None, bubble_ratio=None)
             rows.append(row)
             continue
+        over = res.over_capacity
         row.update(makespan_s=res.makespan, bubble_ratio=res.bubble_ratio,
                    peak_activation_memory_bytes=float(res.peak_activation_memory.max()),
                    peak_memory_bytes=float(res.peak_memory.max()),
+                   capacity_bytes=float(res.durations.capacity.min()), fits_memory=not over,
                    throughput_tokens_per_s=res.throughput_tokens_per_s, mfu=res.mfu)
+        if over:
+            row["sim_note"] = (f"over memory on device(s) {list(over)}: peak "
+                               f"{res.peak_memory.max() / 2**30:.1f} GiB > {res.durations.capacity.min() / 2**30:.1f} GiB")
         if keep:
             results[name] = res
         rows.append(row)
     for key, rank in (("formula_bubble_ratio", "rank_formula"), ("idealized_bubble_ratio", "rank_idealized"),
                       ("makespan_s", "rank_sim")):
-        for row, r in zip(rows, _rank([row.get(key) for row in rows])):
+        # the simulation ranks only the schedules that fit memory: an infeasible one has no rank
+        values = [row.get(key) if key != "makespan_s" or row.get("fits_memory") else None for row in rows]
+        for row, r in zip(rows, _rank(values)):
             row[rank] = r
     return rows, results
 
@@ -196,18 +204,32 @@ def run(inputs: Inputs) -> Result:
     model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
     p, m, chunks = cfg.pp, cfg.microbatches, cfg.chunks
     semantics, levels, seeds = cfg.sim.semantics, list(cfg.sim.jitter_levels), cfg.sim.seeds
+    check_work(cfg, *max((estimated_actions(cfg, name) for name in SCHEDULES), key=lambda e: e[0]))
     tables, skipped = applicable_tables(list(SCHEDULES), p, m, chunks)
     n_layers = costs.n_layers
     for name in [n for n, t in tables.items() if t.n_stages > n_layers]:
         skipped[name] = f"{tables.pop(name).n_stages} stages for {n_layers} layers"
+    if not tables:
+        raise ConfigError(f"no named schedule applies to pp={p}, microbatches={m}, chunks={chunks} for "
+                          f"{n_layers} layers ({'; '.join(f'{k}: {v}' for k, v in skipped.items())}); "
+                          "lower pp or chunks, or raise microbatches")
     part = lambda n_s: uniform_partition(n_layers, n_s)  # noqa: E731
     rows, results = three_levels(tables, costs, cluster, part, semantics, keep=True)
+    simulated = [r for r in rows if r.get("makespan_s") is not None]
+    if not simulated:
+        raise DeadlockError(f"no schedule could be simulated: every one deadlocked ({rows[0]['schedule']}: "
+                            f"{rows[0].get('sim_note')})")
+    fitting = [r for r in simulated if r["fits_memory"]]
+    if not fitting:
+        low = min(simulated, key=lambda r: r["peak_memory_bytes"])
+        raise InfeasibleError(f"no schedule fits memory: the lowest peak is {low['schedule']}'s "
+                              f"{low['peak_memory_bytes'] / 2**30:.1f} GiB on a "
+                              f"{low['capacity_bytes'] / 2**30:.1f} GiB device; use more devices (pp), fewer "
+                              "micro-batches in flight, recomputation (cost.recompute) or a shorter model.seq_len")
+    simulated = fitting
     policy_rows = policy_study(tables, costs, cluster, part, levels, seeds, cfg.seed)
     title = f"mode=compare: {model.name} on {cluster.name}, pp={p}, microbatches={m}"
     report = (level_table(rows), report_md(title, [], policy_rows, {}, levels).split("## strict", 1)[-1])
-    simulated = [r for r in rows if r.get("makespan_s") is not None]
-    if not simulated:
-        raise OctoPipeError("no schedule could be simulated (every one deadlocked)")
     best = min(simulated, key=lambda r: r["makespan_s"])
     res = results[best["schedule"]]
     artifacts = (text_artifact("report.md", report_md(title, rows, policy_rows, skipped, levels)),

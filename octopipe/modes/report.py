@@ -1,7 +1,8 @@
 """The reporter: a mode's `Result` as the terminal summary and the run directory's files.
 
 It prints `Result.report` in order, writes every artifact and then `summary.json` (with the
-mode's name), each atomically (`octopipe.io`), so a run directory never holds half a file."""
+mode's name), each atomically (`octopipe.io`), so a run directory never holds half a file;
+if one cannot be written, those written before it are removed: all the results or none."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,15 @@ def publish(result: Result, mode: str, out_dir: Path, console: Console) -> dict[
     for item in result.report:
         console.print(item)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for artifact in result.artifacts:
-        write_atomic(out_dir / artifact.name, artifact.write)
+    written: list[Path] = []
     summary = {"mode": mode, **result.summary}
-    write_json(out_dir / "summary.json", summary)
+    try:
+        for artifact in result.artifacts:
+            write_atomic(out_dir / artifact.name, artifact.write)
+            written.append(out_dir / artifact.name)
+        write_json(out_dir / "summary.json", summary)
+    except BaseException:
+        for path in written:        # a failed run leaves no half set of results
+            path.unlink(missing_ok=True)
+        raise
     return summary

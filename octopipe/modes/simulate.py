@@ -10,6 +10,7 @@ actually ran, a table that strict order reproduces.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from rich.table import Table
@@ -22,7 +23,7 @@ from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, tabl
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
-from octopipe.schedule.library import build_schedule
+from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
@@ -70,13 +71,42 @@ def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[
                                   f"the model has {n_layers}; use the plan's model")
             return plan.table, plan.partition
         table = load_schedule_file(p)
+        check_work(cfg, sum(len(r) for r in table.compute_only().rows), f"{table.name}'s table")
     else:
         if not cfg.schedule.name:
             raise ConfigError("schedule: give schedule=<name> or schedule.file=PATH")
         if cfg.pp is None:
             raise ConfigError("pp and microbatches must be set for a named schedule")
+        check_work(cfg, *estimated_actions(cfg, cfg.schedule.name))
         table = build_schedule(cfg.schedule.name, cfg.pp, cfg.microbatches, cfg.chunks)
     return table, uniform_partition(n_layers, table.n_stages)
+
+
+def estimated_actions(cfg: Config, name: str) -> tuple[int, str]:
+    """The compute actions the named schedule's table will hold at `pp`, `chunks`, `microbatches`
+    (before building it), and how that count was made."""
+    info = SCHEDULES.get(name)
+    chunks = cfg.chunks or (info.default_chunks if info else 2)
+    kinds = 3 if info is None or info.split_backward else 2
+    stages = (cfg.pp or 1) * chunks
+    return stages * cfg.microbatches * kinds, f"{stages} stages x {cfg.microbatches} micro-batches x {kinds} kinds"
+
+
+def check_work(cfg: Config, actions: int, how: str) -> None:
+    """Refuse a simulation above `sim.max_actions` with the estimate and the override."""
+    if actions > cfg.sim.max_actions:
+        raise ConfigError(f"this simulation would run about {actions:,} compute actions ({how}), above "
+                          f"sim.max_actions={cfg.sim.max_actions:,}; time and memory grow with it: lower "
+                          f"microbatches or pp, or set sim.max_actions={actions} to go on")
+
+
+def check_devices(cfg: Config, table: ScheduleTable) -> None:
+    """`pp` set to another rank count than `schedule.file`'s table is refused, not ignored (the
+    default `pp` yields to the file)."""
+    default = next(f.default for f in dataclasses.fields(Config) if f.name == "pp")
+    if cfg.schedule.file and cfg.pp not in (None, default) and cfg.pp != table.n_devices:
+        raise ConfigError(f"pp={cfg.pp} but schedule.file {cfg.schedule.file!r} has {table.n_devices} "
+                          f"ranks; drop pp or set pp={table.n_devices}")
 
 
 def summary_table(title: str, figures: dict) -> Table:
@@ -92,9 +122,13 @@ def summary_table(title: str, figures: dict) -> Table:
 
 def run(inputs: Inputs) -> Result:
     cfg = inputs.config
-    model, cluster = inputs.model, inputs.cluster
+    model, cluster = inputs.costed_model, inputs.cluster   # cost=file: the profile's model
     costs = inputs.piece_costs(plan_file_shards(cfg))   # a split plan prices its pieces
     table, partition = schedule_from_cfg(cfg, costs.n_layers)
+    check_devices(cfg, table)
+    n_actions = sum(len(r) for r in table.compute_only().rows)
+    if n_actions > 10_000:
+        inputs.progress(f"simulating {n_actions:,} compute actions of {table.name} (large: this takes a while)")
     if table.n_devices > cluster.n_devices:
         raise ConfigError(f"the schedule uses {table.n_devices} devices but the cluster has "
                           f"{cluster.n_devices}; set pp={cluster.n_devices} or pick a larger cluster")

@@ -27,6 +27,7 @@ class Control:
         self.world = world
         self._abort = ctx.Event()
         self._status = ctx.Array("i", [0] * (world * _FIELDS), lock=False)
+        self._beats = ctx.Array("i", [0] * world, lock=False)
         self._errors = ctx.Queue()
 
     # rank side -------------------------------------------------------------------------
@@ -36,6 +37,10 @@ class Control:
 
     def aborted(self) -> bool:
         return self._abort.is_set()
+
+    def beat(self, rank: int) -> None:
+        """The rank's process is alive and scheduled (its lifeline thread calls this)."""
+        self._beats[rank] += 1
 
     def finished(self, rank: int) -> None:
         self._status[rank * _FIELDS + 4] = 1
@@ -58,6 +63,10 @@ class Control:
     def snapshot(self) -> tuple[int, ...]:
         return tuple(self._status[:])
 
+    def beats(self) -> tuple[int, ...]:
+        """Each rank's heartbeat count: one that stops moving is frozen (stopped, or stuck)."""
+        return tuple(self._beats[:])
+
     def failures(self) -> list[Failure]:
         out = []
         while True:
@@ -77,6 +86,9 @@ class TorchrunControl:
 
     def aborted(self) -> bool:
         return False
+
+    def beat(self, rank: int) -> None:
+        pass
 
     def finished(self, rank: int) -> None:
         pass

@@ -3,11 +3,16 @@
 Local runs use torch.multiprocessing (a forkserver that has already imported torch, so ranks
 start in milliseconds) and gloo over 127.0.0.1. The launcher polls each rank's position; if a
 rank raises or dies, every other rank is told to stop and the run ends in a
-RuntimeExecutionError naming the rank and its action; if no rank moves for `stall_s`, the
-watchdog ends it the same way and prints where every rank stands in its row.
+RuntimeExecutionError naming the rank and its action (a rank that died is the cause; the lost
+connections of its peers are listed as consequences); if no rank moves for `stall_s`, the
+watchdog ends it the same way, names the rank that stopped progressing (a frozen process, told by
+its missing heartbeat, first) and prints where every rank stands in its row. Ranks die with the
+launcher and the temporary directory goes with them (`lifeline`).
 """
 from __future__ import annotations
 
+import os
+import re
 import signal
 import socket
 import tempfile
@@ -23,8 +28,9 @@ from octopipe.model.spec import ModelSpec
 from octopipe.runtime.control import Control, Failure
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
+from octopipe.runtime.lifeline import rank_entry
 from octopipe.runtime.transport import choose_transport
-from octopipe.runtime.worker import RankJob, rank_main
+from octopipe.runtime.worker import RankJob
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import validate
 
@@ -63,15 +69,47 @@ def process_context():
     """The forkserver that starts ranks; it has imported torch already, so ranks start fast."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed", "torch.optim", "torch._dynamo",
-                                "octopipe.runtime.worker"])
+                                "octopipe.runtime.worker", "octopipe.runtime.lifeline"])
     return ctx
+
+
+PEER_LOSS = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused|connection closed|"
+                       r"socket closed|ECONNRESET|EPIPE|another rank failed", re.IGNORECASE)
+"""What a survivor reports when the rank it talks to is gone: a consequence, never the cause."""
+
+
+def is_consequence(f: Failure) -> bool:
+    return f.peer or bool(PEER_LOSS.search(f.message))
+
+
+@dataclass
+class Clocks:
+    """When each rank last moved in its row and last beat its heartbeat (launcher's clock)."""
+
+    moved: list[float]
+    beat: list[float]
+
+    @classmethod
+    def start(cls, world: int, now: float) -> "Clocks":
+        return cls([now] * world, [now] * world)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Why the launcher stopped a run that was not failing: a stall, or the whole-run timeout."""
+
+    seconds: float
+    timeout: float | None = None      # set when runtime.timeout_s ran out
+    frozen_s: float = 1.0             # a heartbeat older than this means a frozen process
 
 
 def _where(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, fin = control.status(rank)
     row = table.actions(rank)
-    if fin or done >= len(row):
+    if fin:
         return f"rank {rank}: finished its row (iteration {it})"
+    if done >= len(row):
+        return f"rank {rank}: done with iteration {it}, not yet in the next"
     action = row[idx] if 0 <= idx < len(row) else "?"
     verb = "waiting for the inputs of" if waiting else "running"
     return f"rank {rank}: {verb} {action} ({done}/{len(row)} of its row done, iteration {it})"
@@ -80,39 +118,106 @@ def _where(control: Control, table: ScheduleTable, rank: int) -> str:
 def _action_of(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, _ = control.status(rank)
     row = table.actions(rank)
-    a = row[idx] if 0 <= idx < len(row) else None
-    return f"{'waiting for ' if waiting else ''}{a} (iteration {it}, position {idx + 1}/{len(row)} in its row)"
+    if not 0 <= idx < len(row):
+        return f"the end of iteration {it} (its row done)"
+    return f"{'waiting for ' if waiting else ''}{row[idx]} (iteration {it}, position {idx + 1}/{len(row)} in its row)"
 
 
-def _error(control, table, procs, failures: list[Failure], stalled: float | None) -> RuntimeExecutionError:
-    positions = "\n  ".join(_where(control, table, r) for r in range(len(procs)))
-    if stalled is not None:
-        return RuntimeExecutionError(f"watchdog: no rank made progress for {stalled:.0f}s; where each rank "
-                                     f"stands:\n  {positions}")
-    reported = {f.rank for f in failures}
-    roots = [f for f in failures if not f.peer]
-    if roots:
-        f = roots[0]
-        head = f"rank {f.rank} failed at {_action_of(control, table, f.rank)}: {f.message}"
+def _proc_state(pid: int | None) -> str:
+    """The kernel's one-letter state of a process (Linux; '' elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return ""
+
+
+def _frozen(procs, clocks: Clocks, stall: Stall, now: float) -> dict[int, str]:
+    """The ranks whose process stopped beating, with what the kernel says of it."""
+    out = {}
+    for r, p in enumerate(procs):
+        age = now - clocks.beat[r]
+        if p.exitcode is None and age >= stall.frozen_s:
+            stopped = " (its process is stopped: SIGSTOP or a debugger)" \
+                if _proc_state(p.pid) in ("t", "T") else ""
+            out[r] = f"no heartbeat for {age:.0f}s{stopped}"
+    return out
+
+
+def _stall_error(control, table, procs, clocks: Clocks, stall: Stall) -> RuntimeExecutionError:
+    """The watchdog's report: the rank that stopped progressing first, then where each stands."""
+    now = time.monotonic()
+    frozen = _frozen(procs, clocks, stall, now)
+    live = [r for r in range(len(procs)) if not control.status(r)[4]
+            and control.status(r)[1] < len(table.actions(r))]
+    running = [r for r in live if not control.status(r)[3]]
+    if frozen:
+        r = min(frozen, key=lambda q: clocks.beat[q])
+        blame = f"rank {r} stopped responding ({frozen[r]}) at {_action_of(control, table, r)}"
+    elif running:
+        r = min(running, key=lambda q: clocks.moved[q])
+        blame = (f"rank {r} stopped progressing: it has been running {_action_of(control, table, r)} "
+                 f"for {now - clocks.moved[r]:.0f}s while the others wait")
+    elif live:
+        r = min(live, key=lambda q: clocks.moved[q])
+        blame = f"rank {r} stopped progressing first: it waits at {_action_of(control, table, r)}"
     else:
-        dead = [(r, p.exitcode) for r, p in enumerate(procs)
-                if p.exitcode not in (None, 0) and r not in reported]
-        if dead:
-            r, code = dead[0]
-            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-            head = f"rank {r} {how} at {_action_of(control, table, r)}"
-        elif failures:
-            f = failures[0]
-            head = f"rank {f.rank} failed at {_action_of(control, table, f.rank)}: {f.message}"
-        else:
-            head = "a rank stopped without reporting why"
-    tb = next((f.traceback for f in failures if not f.peer and f.traceback), "")
-    return RuntimeExecutionError(f"{head}\n  {positions}" + (f"\n{tb}" if tb else ""))
+        blame = "every rank finished its row but the run did not end"
+    positions = "\n  ".join(_where(control, table, q) + (f" [{frozen[q]}]" if q in frozen else "")
+                            for q in range(len(procs)))
+    what = (f"the run exceeded runtime.timeout_s={stall.timeout:g}" if stall.timeout is not None
+            else f"no rank made progress for {stall.seconds:.0f}s")
+    return RuntimeExecutionError(f"watchdog: {what}; {blame}; where each rank stands:\n  {positions}")
+
+
+def _death(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _error(control, table, procs, failures: list[Failure]) -> RuntimeExecutionError:
+    """The failure report: a rank that died (a signal, or an exit without a report) is the cause,
+    then a rank that raised; survivors' lost connections and aborts are listed as consequences."""
+    positions = "\n  ".join(_where(control, table, r) for r in range(len(procs)))
+    reported = {f.rank for f in failures}
+    dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reported]
+    roots = [f for f in failures if not is_consequence(f)]
+    cause = None
+    if dead:
+        r, code = dead[0]
+        head = f"rank {r} {_death(code)} at {_action_of(control, table, r)}"
+    elif roots or failures:
+        cause = (roots or failures)[0]
+        head = f"rank {cause.rank} failed at {_action_of(control, table, cause.rank)}: {cause.message}"
+    else:
+        head = "a rank stopped without reporting why"
+    others = [f for f in failures if f is not cause and (not dead or f.rank != dead[0][0])]
+    after = "\n  consequences: " + "; ".join(f"rank {f.rank}: {f.message}" for f in others) if others else ""
+    tb = cause.traceback if cause is not None and not is_consequence(cause) else ""
+    return RuntimeExecutionError(f"{head}\n  {positions}{after}" + (f"\n{tb}" if tb else ""))
+
+
+def _tick(control: Control, clocks: Clocks, snaps: list, now: float) -> list:
+    """Update `clocks` from the shared state; the new per-rank snapshots."""
+    status, beats = control.snapshot(), control.beats()
+    new = [(status[r * 5:(r + 1) * 5], beats[r]) for r in range(len(clocks.moved))]
+    for r, (old, cur) in enumerate(zip(snaps, new)):
+        if old is None or old[0] != cur[0]:
+            clocks.moved[r] = now
+        if old is None or old[1] != cur[1]:
+            clocks.beat[r] = now
+    return new
 
 
 def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stall_s: float) -> None:
-    start = last_move = time.monotonic()
-    snap = control.snapshot()
+    start = time.monotonic()
+    clocks = Clocks.start(len(procs), start)
+    snaps = _tick(control, clocks, [None] * len(procs), start)
+    last_move = start
     failures: list[Failure] = []
     while True:
         time.sleep(0.02)
@@ -121,17 +226,24 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
         if all(c == 0 for c in codes):
             return
         now = time.monotonic()
-        if (s := control.snapshot()) != snap:
-            snap, last_move = s, now
-        stalled = now - last_move if now - last_move > stall_s or now - start > timeout_s else None
-        if failures or any(c not in (None, 0) for c in codes) or stalled is not None:
+        before = list(clocks.moved)
+        snaps = _tick(control, clocks, snaps, now)
+        if clocks.moved != before:
+            last_move = now
+        stall = None
+        if now - last_move > stall_s:
+            stall = Stall(now - last_move, frozen_s=max(min(stall_s / 2, 2.0), 0.5))
+        elif now - start > timeout_s:
+            stall = Stall(now - last_move, timeout=timeout_s, frozen_s=max(min(stall_s / 2, 2.0), 0.5))
+        if failures or any(c not in (None, 0) for c in codes) or stall is not None:
+            err = _stall_error(control, table, procs, clocks, stall) if stall is not None else None
             control.abort()
             grace = time.monotonic() + 5.0
             while time.monotonic() < grace and any(p.exitcode is None for p in procs):
                 time.sleep(0.02)
                 failures += control.failures()
             failures += control.failures()
-            err = _error(control, table, procs, failures, stalled)
+            err = err or _error(control, table, procs, failures)
             for p in procs:
                 if p.exitcode is None:
                     p.kill()
@@ -191,7 +303,7 @@ def execute(job: Job) -> ExecutionResult:
     control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
         rank = rank_job(job, compute_table, f"tcp://127.0.0.1:{free_port()}", tmp)
-        procs = [ctx.Process(target=rank_main, args=(r, rank, control), name=f"octopipe-rank{r}")
+        procs = [ctx.Process(target=rank_entry, args=(os.getpid(), r, rank, control), name=f"octopipe-rank{r}")
                  for r in range(world)]
         for p in procs:
             p.start()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from octopipe.errors import ScheduleError
+from octopipe.io import read_text
 from octopipe.schedule.action import Action
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable
@@ -103,6 +104,8 @@ def parse_csv_rows(text: str, source: str = "CSV", format: CsvFormat | None = No
             else:
                 row.extend(parsed)
         rows.append(row)
+    while rows and all(a is None for a in rows[-1]):   # trailing blank lines are not ranks
+        rows.pop()
     if not rows:
         raise ScheduleError(f"{source} is empty: expected one row of actions per rank")
     lowered = any(a is not None and a.kind.is_comm for r in rows for a in r)
@@ -141,6 +144,7 @@ def infer_placement(rows: Sequence[Sequence[Action | None]], n_stages: int | Non
         raise ScheduleError(f"{source} holds no actions")
     n_s = n_stages if n_stages is not None else 1 + max(s for s, _ in dev)
     n_m = n_microbatches if n_microbatches is not None else 1 + max(m for _, m in dev)
+    _check_indices(rows, dev, n_s, n_m, source)
     maps: list[tuple[int, ...]] = []
     per_mb: list[int] = []
     for m in range(n_m):
@@ -156,6 +160,45 @@ def infer_placement(rows: Sequence[Sequence[Action | None]], n_stages: int | Non
     if len(maps) == 1:
         return maps[0], (), ()
     return maps[0], tuple(maps[1:]), tuple(per_mb)
+
+
+def _out_of_range(index: int, present: set[int], limit: int) -> bool:
+    """Whether `index` lies beyond `limit`, or beyond a gap (indices below it that no cell names)."""
+    return index >= limit or any(i not in present for i in range(index))
+
+
+def _check_indices(rows: Sequence[Sequence[Action | None]], dev: dict[tuple[int, int], int], n_s: int,
+                   n_m: int, source: str) -> None:
+    """Name and mark the cell whose stage or micro-batch is out of range: above the count given,
+    or above indices that no cell names (a `5F0` in a 2-stage table, a `0F9` with 2 micro-batches)."""
+    stages, mbs = {s for s, _ in dev}, {m for _, m in dev}
+    for d, row in enumerate(rows):
+        for c, a in enumerate(row):
+            if a is None:
+                continue
+            for what, index, present, limit in (("stage", a.stage, stages, n_s),
+                                                ("micro-batch", a.microbatch, mbs, n_m)):
+                if not _out_of_range(index, present, limit):
+                    continue
+                known = sorted(i for i in present if i < index and i < limit)
+                span = f"0..{known[-1]}" if known else "none"
+                many = "stages" if what == "stage" else "micro-batches"
+                missing = [i for i in range(min(index, limit)) if i not in present]
+                why = (f"the table has {limit} {many}" if not missing else f"no cell names {what} "
+                       f"{missing[0]}" + (f"..{missing[-1]}" if len(missing) > 1 else ""))
+                raise ScheduleError(f"{source}: row {d} (rank {d}), column {c}, cell {str(a)!r}: {what} "
+                                    f"{index} is out of range ({why}; its {many} are {span}); fix "
+                                    f"the cell\n{_marked_rows(rows, (d, c))}")
+
+
+def _marked_rows(rows: Sequence[Sequence[Action | None]], mark: tuple[int, int]) -> str:
+    width = max([len(str(a)) for r in rows for a in r if a is not None] + [2]) + 2
+    lines = []
+    for d, row in enumerate(rows):
+        cells = ["." if a is None else str(a) for a in row]
+        lines.append(f"dev {d:>3} " + "".join(f"{(f'>{t}<' if (d, c) == mark else t):^{width}}"
+                                              for c, t in enumerate(cells)))
+    return "\n".join(lines)
 
 
 def read_csv_text(text: str, *, format: CsvFormat | None = None, placement: Sequence[int] | None = None,
@@ -191,7 +234,7 @@ def read_csv(path: str | Path, **kwargs) -> ScheduleTable:
     if not path.is_file():
         raise ScheduleError(f"schedule CSV {str(path)!r} does not exist")
     kwargs.setdefault("name", path.stem)
-    return read_csv_text(path.read_text(), source=str(path), **kwargs)
+    return read_csv_text(read_text(path, "schedule.file"), source=str(path), **kwargs)
 
 
 __all__ = ["FORMATS", "to_csv_text", "write_csv", "read_csv", "read_csv_text", "parse_csv_rows",

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from octopipe.errors import ScheduleError
+from octopipe.io import read_text, write_text
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action
 from octopipe.schedule.csv_io import read_csv, write_csv
@@ -83,17 +83,6 @@ def plan_to_doc(plan: Plan, csv_name: str | None = None) -> dict:
     return doc
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_plan(plan: Plan, path: str | Path, csv_path: str | Path | None = None) -> Path:
     """Write `plan` as JSON at `path` and its table as torch CSV beside it (default `<stem>.csv`).
 
@@ -106,7 +95,7 @@ def save_plan(plan: Plan, path: str | Path, csv_path: str | Path | None = None) 
         raise ScheduleError(f"csv_path {str(csv_path)!r} is the plan JSON's own path; pick another name")
     text = json.dumps(plan_to_doc(plan, os.path.relpath(csv_path, path.parent)), indent=1) + "\n"
     write_csv(plan.table, csv_path, "compute_comms" if plan.table.is_lowered else "compute_only")
-    _write_text_atomic(path, text)
+    write_text(path, text)
     return path
 
 
@@ -184,7 +173,7 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
     if not path.is_file():
         raise ScheduleError(f"plan file {str(path)!r} does not exist")
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_text(path, "schedule.file"))
     except json.JSONDecodeError as e:
         raise ScheduleError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     return plan_from_doc(doc, str(path), check)
@@ -195,7 +184,7 @@ def load_schedule_file(path: str | Path, **csv_kwargs) -> ScheduleTable:
     path = Path(path)
     if not path.is_file():
         raise ScheduleError(f"schedule.file {str(path)!r} does not exist; give a plan JSON or a torch CSV")
-    head = path.read_text()[:64].lstrip()
+    head = read_text(path, "schedule.file")[:64].lstrip()
     if path.suffix.lower() == ".json" or head.startswith("{"):
         return load_plan(path).table
     return read_csv(path, **csv_kwargs)

@@ -15,7 +15,7 @@ from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
 
 
-def _fail(table: ScheduleTable, where: tuple[int, int] | None, sentence: str) -> ScheduleError:
+def _fail(table: ScheduleTable, where, sentence: str) -> ScheduleError:
     return ScheduleError(sentence + "\n" + format_grid(table, where))
 
 
@@ -107,8 +107,38 @@ def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
             indeg[a] += 1
     stuck = first_stuck(table, where, succ, indeg)
     if stuck is not None:
-        raise _fail(table, where[stuck], f"the table can never run: {stuck} waits in a cycle of device "
-                    "orders and data dependencies (no order of execution satisfies both)")
+        cycle = wait_cycle(stuck, succ, indeg)
+        devices = sorted({where[a][0] for a in cycle})
+        raise _fail(table, [where[a] for a in cycle],
+                    f"the table can never run: {stuck} waits in a cycle of device orders and data "
+                    f"dependencies across device(s) {', '.join(map(str, devices))} (no order of execution "
+                    f"satisfies both; cycle marked): {describe_cycle(cycle, where)}")
+
+
+def wait_cycle(stuck: Action, succ: dict[Action, list[Action]], indeg: dict[Action, int]) -> list[Action]:
+    """A cycle among the cells Kahn's algorithm left (each has a leftover predecessor), in waiting
+    order: each waits for the next, the last for the first."""
+    left = {a for a, k in indeg.items() if k > 0}
+    preds: dict[Action, list[Action]] = defaultdict(list)
+    for p, nexts in succ.items():
+        for b in nexts:
+            if p in left and b in left:
+                preds[b].append(p)
+    path, seen, a = [], {}, stuck
+    while a not in seen:
+        seen[a] = len(path)
+        path.append(a)
+        a = min(preds[a], key=str)
+    return path[seen[a]:]
+
+
+def describe_cycle(cycle: list[Action], where: dict[Action, tuple[int, int]]) -> str:
+    """'0B0 (device 0) needs 1B0 (device 1), which needs ..., which comes after 0B0 in its row'."""
+    verbs = []
+    for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+        same_row = where[a][0] == where[b][0] and where[b][1] < where[a][1]
+        verbs.append(f"comes after {b} in its row" if same_row else f"needs {b} (device {where[b][0]})")
+    return f"{cycle[0]} (device {where[cycle[0]][0]}) " + ", which ".join(verbs)
 
 
 def first_stuck(table: ScheduleTable, cells: dict[Action, tuple[int, int]],

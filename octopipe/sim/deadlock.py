@@ -70,16 +70,14 @@ class Deadlock:
                      f"its limit ({', '.join(f'device {w.device}: {w.cell}' for w in self.cycle)}); raise "
                      "sim.max_inflight or the memory limit"]
             lines += [f"  device {w.device} (column {w.column}) {w.cell}: {w.waits_for}" for w in self.cycle]
-            first = self.cycle[0] if self.cycle else None
-            lines.append(format_grid(program.table, (first.device, first.column) if first else None))
+            lines.append(format_grid(program.table, [(w.device, w.column) for w in self.cycle] or None))
             return "\n".join(lines)
         lines = [f"deadlock under {self.policy} + {self.semantics}: "
                  + " -> ".join(f"device {w.device} at {w.cell}" for w in self.cycle)
                  + f" -> device {self.cycle[0].device}" if self.cycle else "deadlock"]
         for w in self.cycle:
             lines.append(f"  device {w.device} (column {w.column}) {w.cell}: {w.waits_for}")
-        first = self.cycle[0] if self.cycle else None
-        lines.append(format_grid(program.table, (first.device, first.column) if first else None))
+        lines.append(format_grid(program.table, [(w.device, w.column) for w in self.cycle] or None))
         return "\n".join(lines)
 
     def error(self, program: Program) -> DeadlockError:

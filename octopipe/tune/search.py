@@ -185,8 +185,11 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
 
 def raise_infeasible(problem: Problem) -> None:
     need = problem.costs.static_bytes.sum()
+    act = problem.costs.act_bytes.sum()      # one micro-batch's, all live before its first backward
     have = problem.memory_bytes.sum()
     raise InfeasibleError(
         f"no candidate fits memory: the model's parameters, gradients and optimizer state need "
-        f"{need / 2**30:.1f} GiB against {have / 2**30:.1f} GiB on {problem.n_devices} devices "
-        f"(plus activations); use more devices (pp) or fewer micro-batches in flight")
+        f"{need / 2**30:.1f} GiB and one micro-batch's activations {act / 2**30:.1f} GiB, "
+        f"{(need + act) / 2**30:.1f} GiB at least, against {have / 2**30:.1f} GiB on "
+        f"{problem.n_devices} devices{'' if need + act > have else ' (and no layout holds the micro-batches its schedule keeps in flight)'}; use more devices (pp), recomputation (cost.recompute), a "
+        f"shorter model.seq_len or fewer micro-batches in flight")
