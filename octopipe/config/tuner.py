@@ -12,8 +12,14 @@ from octopipe.config.fields import setting
 class TunerConfig:
     """conf/tuner/*.yaml. Seeded by the top-level `seed`."""
 
-    time_budget_s: float = setting(30.0, "wall-clock budget of one tune() call (baselines, ILP, "
-                                         "search, checks)", gt=0)
+    time_budget_s: float = setting(
+        300.0, "safety cap, in wall-clock seconds, of one tune() call. The budgets below "
+               "(evaluations, iterations, ILP nodes, polish simulations) are what end each stage, "
+               "so the same inputs and seed give the same plan at any machine load; a stage the cap "
+               "stops is reported as search.stopped_by=time_cap (that plan depends on the machine)",
+        gt=0)
+    max_evaluations: int = setting(16000, "list-scheduler estimates of the local search at most",
+                                   ge=1)
     max_iters: int = setting(400, "local-search iterations at most", ge=1)
     patience: int = setting(40, "iterations without a new best before the search stops", ge=1)
     candidates_per_iter: int = setting(8, "moves estimated per iteration at least (up to 400 on "
@@ -25,9 +31,11 @@ class TunerConfig:
     smt_max_actions: int = setting(
         32768, "SMT deadlock proof up to this many actions; larger: simulator detection (about "
                "0.1 ms per action)", ge=1)
-    ilp: bool = setting(True, "start from the joint partition + placement ILP (solvers)")
-    polish_s: float = setting(2.0, "seconds of row moves (advance into bubbles) on the best table",
-                              ge=0)
+    ilp: bool = setting(True, "start from the partition (+ placement) ILPs (solvers)")
+    ilp_max_nodes: int = setting(100, "branch-and-bound nodes of each ILP start at most "
+                                      "(deterministic; solver.time_limit_s is only a cap)", ge=1)
+    polish_sims: int = setting(48, "full simulations of row moves (advance into bubbles) on the "
+                                   "best table at most; 0: no polish", ge=0)
     shard_layers: Literal["auto", "force", "off"] = setting(
         "auto", "shard HEAD/MLP/MoE layers (cut into pieces). auto: of no shards and pieces "
                 "capped at 1, 1/2, 1/4 of shard_share, the one with the best bound (fewest "

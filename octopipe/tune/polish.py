@@ -5,7 +5,8 @@ contention and with in-flight limits; the communication-aware simulation of the 
 still show gaps. For each gap (largest first) this pass tries moving a later action of the same
 row, one whose producers had finished before the gap opened, to the gap's position; a move is
 kept when the simulated makespan drops and memory still fits. A move that deadlocks or
-overflows is rolled back.
+overflows is rolled back. The pass is budgeted in simulations (`max_sims`); the wall clock is
+only a safety cap (`time_cap_s`), and the outcome says which one ended it.
 """
 from __future__ import annotations
 
@@ -36,28 +37,34 @@ def _gaps(sim: SimResult) -> list[tuple[float, int, int, float]]:
     return out
 
 
-def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, time_budget_s: float,
-                         max_gaps: int = 16, tries_per_gap: int = 3
-                         ) -> tuple[Plan, SimResult, list[str]]:
-    """Returns (plan, sim, accepted moves); never returns a slower or infeasible plan."""
+def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, max_sims: int,
+                         time_cap_s: float = float("inf"), max_gaps: int = 16,
+                         tries_per_gap: int = 3) -> tuple[Plan, SimResult, list[str], str]:
+    """Returns (plan, sim, accepted moves, stopped_by); never returns a slower or infeasible
+    plan. stopped_by: `converged` (every gap tried), `iterations` (`max_sims` spent) or
+    `time_cap`."""
     t0 = time.perf_counter()
     accepted: list[str] = []
     split = {(a.stage, a.microbatch) for _, a in plan.table if a.kind.value == "I"}
     S = plan.table.n_stages
+    sims = 0
     for _, d, j, g0 in _gaps(sim)[:max_gaps]:
-        if time.perf_counter() - t0 > time_budget_s:
-            break
         end_of = {sim.program.action(int(c)): float(sim.end[c]) for c in range(sim.program.n_compute)}
         row = list(plan.table.rows[d])
         tried = 0
         for k in range(j + 1, len(row)):
-            if tried >= tries_per_gap or time.perf_counter() - t0 > time_budget_s:
+            if tried >= tries_per_gap:
                 break
+            if sims >= max_sims:
+                return plan, sim, accepted, "iterations"
+            if time.perf_counter() - t0 > time_cap_s:
+                return plan, sim, accepted, "time_cap"
             a = row[k]
             preds = data_predecessors(a, S, split)
             if any(end_of.get(p, np.inf) > g0 for p in preds) or any(p in row[j:k] for p in preds):
                 continue
             tried += 1
+            sims += 1
             new_row = row[:j] + [a] + row[j:k] + row[k + 1:]
             rows = list(plan.table.rows)
             rows[d] = tuple(new_row)
@@ -71,4 +78,4 @@ def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, time_budg
                 accepted.append(f"advance {a} on device {d} into the gap at {g0 * 1e3:.2f} ms")
                 plan, sim = cand, new_sim
                 break
-    return plan, sim, accepted
+    return plan, sim, accepted, "converged"

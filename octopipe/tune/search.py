@@ -3,8 +3,10 @@
 simulate (estimate) → attribute → moves aimed at the largest cause → rank cheaply (bubble
 pressure, static balance) → estimate the best few → keep an improvement; at a local optimum kick
 the best candidate (random moves) or restart from the next seed; stop at convergence (patience
-exhausted and every seed restarted from), the iteration cap or the time budget. Every random choice follows `seed`: two runs with the
-same seed give the same plan unless the clock (time budget) stopped one of them.
+exhausted and every seed restarted from: `converged`), the iteration or evaluation budget
+(`iterations`) or the wall-clock safety cap (`time_cap`). Every random choice follows `seed` and
+every budget counts work, not seconds: two runs with the same seed give the same plan at any
+machine load, unless the safety cap stopped one of them (and the outcome says so).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from octopipe.tune.moves import neighbours, perturb
 class SearchConfig:
     """The search's part of TunerConfig (defaults, docs and ranges there)."""
 
-    time_budget_s: float = TunerConfig.time_budget_s
+    time_budget_s: float = TunerConfig.time_budget_s     # the safety cap of this stage
+    max_evaluations: int = TunerConfig.max_evaluations
     max_iters: int = TunerConfig.max_iters
     patience: int = TunerConfig.patience
     candidates_per_iter: int = TunerConfig.candidates_per_iter
@@ -110,9 +113,10 @@ class Evaluator:
 
 
 def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, seed: int = 0,
-           on_progress: Callable[[float, float, int], None] | None = None,
+           on_progress: Callable[[int, float, int], None] | None = None,
            pool_size: int = 8) -> SearchOutcome:
-    """Improve on `starts` (plus the named-family seeds) within the config's budget."""
+    """Improve on `starts` (plus the named-family seeds) within the config's budgets;
+    `on_progress(evaluations, best makespan, iteration)` after every iteration."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     ev = Evaluator(problem)
@@ -137,10 +141,10 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         it += 1
         elapsed = time.perf_counter() - t0
         if elapsed > cfg.time_budget_s:
-            stop = "time budget"
+            stop = "time_cap"
             break
-        if it > cfg.max_iters:
-            stop = "iteration cap"
+        if it > cfg.max_iters or ev.calls >= cfg.max_evaluations:
+            stop = "iterations"
             break
         if since_best >= cfg.patience and not restarts:
             stop = "converged"
@@ -152,6 +156,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         # that a seeded search not stopped by the clock is reproducible)
         n_actions = cur.n_stages * problem.n_microbatches * 3
         width = int(np.clip(2e6 / n_actions, per_iter, 400))
+        width = min(width, cfg.max_evaluations - ev.calls)
         fresh = [(x, tag) for x, _, tag in moves if x not in ev.cache][:width]
         improved = False
         if fresh:
@@ -178,7 +183,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         elif cur is not best:
             since_best += 1
         if on_progress is not None:
-            on_progress(time.perf_counter() - t0, best_ms, it)
+            on_progress(ev.calls, best_ms, it)
     return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop,
                          layout_bound(problem, best).makespan_s)
 
