@@ -6,6 +6,10 @@ from typing import Literal
 
 from octopipe.config.convert import check
 from octopipe.config.fields import setting
+from octopipe.errors import ConfigError
+
+Lever = Literal["partition", "placement", "schedule", "split_layers"]
+LEVERS: tuple[str, ...] = ("partition", "placement", "schedule", "split_layers")
 
 
 @dataclass(frozen=True)
@@ -44,5 +48,14 @@ class TunerConfig:
     shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)
 
+    levers: tuple[Lever, ...] = setting(
+        LEVERS, "what the tuner may change, any non-empty subset of partition (layers per stage), "
+                "placement (stage -> device), schedule (the policy and row moves) and split_layers "
+                "(cut heavy layers into pieces); a lever left out stays at S-1F1B's (uniform "
+                "stages, one per device, 1F1B order, whole layers)")
+
     def __post_init__(self) -> None:
         check(self, "tuner.")
+        if not self.levers:
+            raise ConfigError(f"tuner.levers=[]: choose at least one of {', '.join(LEVERS)}")
+        object.__setattr__(self, "levers", tuple(dict.fromkeys(self.levers)))

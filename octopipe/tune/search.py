@@ -25,6 +25,7 @@ from octopipe.tune.attribution import from_list_result
 from octopipe.tune.balance import lpt_placement, refine_balance
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.layout_bound import layout_bound
+from octopipe.tune.levers import Levers
 from octopipe.tune.moves import neighbours, perturb
 
 
@@ -114,13 +115,17 @@ class Evaluator:
 
 def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, seed: int = 0,
            on_progress: Callable[[int, float, int], None] | None = None,
-           pool_size: int = 8) -> SearchOutcome:
+           pool_size: int = 8, levers: Levers | None = None) -> SearchOutcome:
     """Improve on `starts` (plus the named-family seeds) within the config's budgets;
-    `on_progress(evaluations, best makespan, iteration)` after every iteration."""
+    `on_progress(evaluations, best makespan, iteration)` after every iteration. With `levers`,
+    every candidate is projected onto them (the levers that are off keep the reference's
+    values)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     ev = Evaluator(problem)
-    seeds = list(dict.fromkeys([*starts, *seed_candidates(problem, cfg.max_chunks)]))
+    project = levers.project if levers is not None else (lambda c: c)
+    seeds = [project(c) for c in (*starts, *seed_candidates(problem, cfg.max_chunks))]
+    seeds = list(dict.fromkeys(c for c in seeds if c is not None))
     scored = sorted(((ev(c), i, c) for i, c in enumerate(seeds)), key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
@@ -152,12 +157,19 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         res = problem.estimate(cur)
         attr = from_list_result(problem, cur, res)
         moves = neighbours(cur, problem, attr)
+        if levers is not None and not levers.all:
+            moves = [(x, b, tag) for x, b, tag in ((project(x), b, tag) for x, b, tag in moves)
+                     if x is not None]
         # estimate more moves per iteration on small instances (a function of the size only, so
         # that a seeded search not stopped by the clock is reproducible)
         n_actions = cur.n_stages * problem.n_microbatches * 3
         width = int(np.clip(2e6 / n_actions, per_iter, 400))
         width = min(width, cfg.max_evaluations - ev.calls)
-        fresh = [(x, tag) for x, _, tag in moves if x not in ev.cache][:width]
+        picked: dict[Candidate, str] = {}        # distinct unestimated moves, in move order
+        for x, _, tag in moves:
+            if len(picked) < width and x not in ev.cache and x not in picked:
+                picked[x] = tag
+        fresh = list(picked.items())
         improved = False
         if fresh:
             vals = [(ev(x), k, x, tag) for k, (x, tag) in enumerate(fresh)]
@@ -176,7 +188,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             if restarts and (since_best % 4 == 2 or (since_best >= cfg.patience and since_best % 3 == 0)):
                 cur = restarts.pop(0)
             else:
-                cur = perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))
+                cur = project(perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))) or best
             cur_ms = ev(cur)
             if not math.isfinite(cur_ms):
                 cur, cur_ms = best, best_ms

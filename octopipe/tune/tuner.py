@@ -39,6 +39,7 @@ from octopipe.tune.bounds import layer_bound, lower_bound
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
+from octopipe.tune.levers import Levers, reference
 from octopipe.tune.polish import advance_into_bubbles
 from octopipe.tune.result import TuneResult
 from octopipe.tune.search import SearchConfig, SearchOutcome, search
@@ -87,6 +88,7 @@ class TuneState:
     problem: Problem | None = None     # the model the search runs on (`whole`, or layers split)
     counts: dict[int, int] = field(default_factory=dict)   # original layer -> pieces in `problem`
     shard_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
+    levers: Levers | None = None       # what the search may change (tuner.levers)
     starts: list[Candidate] = field(default_factory=list)
     ilp: dict = field(default_factory=dict)
     outcome: SearchOutcome | None = None
@@ -113,7 +115,9 @@ class TuneOptions:
     (eager, rendezvous, batched) used by the simulator and the SMT check; seed: the search's
     random choices; model: the name plans carry; baselines: run the named schedules (and let
     them compete as plans); starts: the caller's own starting candidates; progress: show a
-    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`).
+    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`);
+    plans: the caller's own plans, simulated and ranked with the finalists (over the model as
+    given, or its split when they split layers), so the result is never worse than any of them.
     """
 
     tuner: TunerConfig | Mapping[str, Any] | None = None
@@ -125,6 +129,7 @@ class TuneOptions:
     starts: Sequence[Candidate] = ()
     progress: bool = False
     sharder: LayerSharder | None = None
+    plans: Sequence[Plan] = ()
 
     def __post_init__(self) -> None:
         """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
@@ -133,6 +138,7 @@ class TuneOptions:
         if not isinstance(self.solver, SolverConfig):
             object.__setattr__(self, "solver", convert(SolverConfig, self.solver, "solver."))
         object.__setattr__(self, "starts", tuple(self.starts))
+        object.__setattr__(self, "plans", tuple(self.plans))
 
 
 def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
@@ -148,10 +154,13 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
-    st.problem, st.counts, st.shard_meta = layers_to_search(st, o.sharder)  # 2. starting points:
+    st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
+        st, o.sharder if "split_layers" in o.tuner.levers else None)
+    st.levers = Levers.of(o.tuner.levers, _on_shards(reference(whole.n_layers, whole.n_devices),
+                                                     st.counts))
     st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    ILPs: ilp_max_nodes
     st.outcome = run_search(st, o.seed, o.progress)        # 3. search: max_evaluations
-    st.finals, st.history = finalists(st)                  # 4. finalists, polish_sims
+    st.finals, st.history = finalists(st, o.plans)         # 4. finalists, polish_sims
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
@@ -182,6 +191,8 @@ def starting_points(st: TuneState, starts: Sequence[Candidate], solver_cfg: Solv
     feasible baselines and the caller's starts, all over the layers the search runs on."""
     cands = [_on_shards(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
     cands += [_on_shards(c, st.counts) for c in starts]
+    if not st.levers.all:          # a subset of levers searches from S-1F1B too
+        cands.append(st.levers.ref)
     ilp_info: dict = {}
     if st.cfg.ilp:
         try:
@@ -203,16 +214,17 @@ def run_search(st: TuneState, seed: int, progress: bool) -> SearchOutcome:
     scfg = replace(SearchConfig.of(st.cfg), time_budget_s=st.budgets.left_s(st.elapsed()))
     with _progress(progress, st.budgets.evaluations) as update:
         out = search(st.problem, st.starts, scfg, seed, on_progress=update,
-                     pool_size=max(st.budgets.finalists * 3, 8))
+                     pool_size=max(st.budgets.finalists * 3, 8), levers=st.levers)
     if out.stop_reason == "time_cap":
         st.capped.append("search")
     return out
 
 
-def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
+def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated], list[dict]]:
     """Finalists: the search pool's best distinct tables (up to `Budgets.finalists`), the
-    baselines as plans, ranked; then row moves on the best one (`Budgets.polish_sims`). Returns
-    them ranked and the search history."""
+    baselines that keep the levers that are off, and the caller's `plans`, ranked; then row moves
+    on the best one (`Budgets.polish_sims`, when the schedule is a lever). Returns them ranked
+    and the search history."""
     b, problem = st.budgets, st.problem
     finals: list[Evaluated] = []
     seen_tables = set()
@@ -231,12 +243,18 @@ def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
         seen_tables.add(key)
         finals.append(evaluate(problem, "OctoPipe", "octopipe", plan))
     for base in st.baselines:      # never worse than a starting point: baselines compete as plans too
-        if base.feasible:
+        if base.feasible and st.levers.conforms(as_candidate(base)):
             plan = replace(base.plan, meta={**base.plan.meta, "origin": f"baseline {base.name} (not improved)"})
             finals.append(Evaluated("OctoPipe", "octopipe", plan, base.sim, True))
+    for k, plan in enumerate(plans):
+        if plan.shards and {int(a): int(n) for a, n in plan.shards.items()} != st.counts:
+            continue               # pieces this run does not price: it cannot rank the plan
+        plan = replace(plan, meta={**plan.meta, "origin": plan.meta.get("origin", f"caller's plan {k}")})
+        finals.append(evaluate(st.problem_of(plan), "OctoPipe", "octopipe", plan))
     finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
     history = list(st.outcome.history)
-    if finals and finals[0].feasible and b.polish_sims > 0 and not finals[0].plan.table.is_lowered:
+    if (finals and finals[0].feasible and b.polish_sims > 0 and st.levers.has("schedule")
+            and not finals[0].plan.table.is_lowered):
         top = finals[0]
         plan, sim, moves, st.polish_stop = advance_into_bubbles(
             st.problem_of(top.plan), top.plan, top.sim, b.polish_sims, b.left_s(st.elapsed()))
