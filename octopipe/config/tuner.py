@@ -48,6 +48,11 @@ class TunerConfig:
     shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)
 
+    memory_budget: float | None = setting(
+        None, "activation memory each device may hold, as a multiple of S-1F1B's (uniform stages, "
+              "one per device: the most activations any device holds under 1F1B); the schedule "
+              "search then chooses how many forwards each device runs ahead and where each W goes "
+              "within it. null: device memory only", gt=0)
     levers: tuple[Lever, ...] = setting(
         LEVERS, "what the tuner may change, any non-empty subset of partition (layers per stage), "
                 "placement (stage -> device), schedule (the policy and row moves) and split_layers "

@@ -73,7 +73,7 @@ def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, max_sims:
                 new_sim = simulate_plan(problem, cand)
             except (DeadlockError, ScheduleError):
                 continue
-            fits = bool(np.all(np.asarray(new_sim.peak_memory) <= problem.memory_bytes * (1 + 1e-9)))
+            fits = not problem.over_memory(new_sim.peak_memory, new_sim.peak_activation_memory)
             if fits and new_sim.makespan < sim.makespan * (1 - 1e-9):
                 accepted.append(f"advance {a} on device {d} into the gap at {g0 * 1e3:.2f} ms")
                 plan, sim = cand, new_sim

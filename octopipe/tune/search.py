@@ -201,6 +201,17 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
 
 
 def raise_infeasible(problem: Problem) -> None:
+    if problem.act_budget is not None:
+        D = problem.n_devices
+        st = problem.stages(Candidate(Partition.uniform(problem.n_layers, D), tuple(range(D))))
+        short = st.act_bytes - problem.act_budget
+        d = int(np.argmax(short))
+        raise InfeasibleError(
+            f"no schedule fits tuner.memory_budget ({problem.act_budget[d] / 2**30:.3f} GiB of "
+            f"activations per device): on uniform stages, device {d} needs "
+            f"{st.act_bytes[d] / 2**30:.3f} GiB for one micro-batch in flight "
+            f"(short by {max(0.0, short[d]) / 2**30:.3f} GiB) and no searched partition fits "
+            f"either; raise the budget or use more devices")
     need = problem.costs.static_bytes.sum()
     have = problem.memory_bytes.sum()
     raise InfeasibleError(

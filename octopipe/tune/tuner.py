@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import math
 import time
+
+import numpy as np
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.config.convert import convert
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Partition, Plan
+from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import v_placement
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.bounds import layer_bound, lower_bound
@@ -152,6 +156,9 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     t0 = time.perf_counter()
     o = options
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
+    if o.tuner.memory_budget is not None:
+        whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics,
+                              activation_budget(whole, o.tuner.memory_budget))
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
     st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
@@ -160,7 +167,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
                                                      st.counts))
     st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    ILPs: ilp_max_nodes
     st.outcome = run_search(st, o.seed, o.progress)        # 3. search: max_evaluations
-    st.finals, st.history = finalists(st, o.plans)         # 4. finalists, polish_sims
+    seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
+    st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
@@ -303,6 +311,51 @@ def result(st: TuneState) -> TuneResult:
 # Helpers of the stages
 
 
+BUDGET_SCHEDULES = (("zbh1", 1), ("zbh2", 1), ("zbv", 2))
+
+
+def budget_plans(problem: Problem, model: str) -> list[Plan]:
+    """Under a memory budget, the zero-bubble hand-made schedules (ZB-H1 at 1F1B's memory, ZB-H2
+    at about twice it, ZB-V) on uniform and balanced stages rank with the finalists; those over
+    the budget drop out there."""
+    D, M, L = problem.n_devices, problem.n_microbatches, problem.n_layers
+    work = problem.layer_work().mean(axis=1)
+    out = []
+    for name, v in BUDGET_SCHEDULES:
+        if D * v > L:
+            continue
+        table = build_schedule(name, D, M, chunks=v)
+        for part in dict.fromkeys((Partition.uniform(L, D * v), Partition.balanced(work, D * v))):
+            out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
+                            meta={"origin": f"{name} under the memory budget"}))
+    return out
+
+
+def s1f1b_activation(problem: Problem) -> float:
+    """The most activation bytes any device holds under S-1F1B (uniform stages, one per device):
+    stage s keeps min(D - s, M) micro-batches of its activations."""
+    D, M = problem.n_devices, problem.n_microbatches
+    st = StageCosts.bind(problem.costs, Partition.uniform(problem.n_layers, D), tuple(range(D)),
+                         problem.kind_col)
+    return float(max(min(D - s, M) * st.act_bytes[s] for s in range(D)))
+
+
+def activation_budget(problem: Problem, multiple: float) -> np.ndarray:
+    """tuner.memory_budget in bytes per device; InfeasibleError when even the heaviest layer's
+    activations for one micro-batch exceed it (no partition or schedule can then fit)."""
+    ref = s1f1b_activation(problem)
+    budget = multiple * ref
+    act = problem.costs.act_bytes
+    j = int(np.argmax(act))
+    if act[j] > budget * (1 + 1e-9):
+        raise InfeasibleError(
+            f"tuner.memory_budget={multiple:g}: {budget / 2**30:.3f} GiB of activations per device "
+            f"({multiple:g} x S-1F1B's {ref / 2**30:.3f} GiB), but layer {j} "
+            f"({problem.costs.layer_names[j]}) alone holds {act[j] / 2**30:.3f} GiB for one "
+            f"micro-batch: short by {(act[j] - budget) / 2**30:.3f} GiB; raise the budget")
+    return np.full(problem.n_devices, budget)
+
+
 def _ilp_starts(problem: Problem, scfg: SolverConfig) -> tuple[list[Candidate], dict]:
     """ILP partitions (solvers, with `scfg`'s node limit and time cap) as starting candidates:
     the joint partition + placement ILP with one stage per device (the partition ILP on the loop
@@ -349,7 +402,7 @@ def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Probl
     if not counts:
         return whole
     return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
-                         whole.n_microbatches, whole.semantics)
+                         whole.n_microbatches, whole.semantics, whole.act_budget)
 
 
 def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
