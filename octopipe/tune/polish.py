@@ -45,6 +45,8 @@ def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, max_sims:
     `time_cap`."""
     t0 = time.perf_counter()
     accepted: list[str] = []
+    if any(a is None for row in plan.table.rows for a in row):
+        return plan, sim, accepted, "converged"     # idle cells: row positions are not actions
     split = {(a.stage, a.microbatch) for _, a in plan.table if a.kind.value == "I"}
     S = plan.table.n_stages
     sims = 0
