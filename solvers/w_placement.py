@@ -52,6 +52,7 @@ class WPlacement:
     makespan: float                        # the ILP's T
     proven_optimal: bool
     status: str
+    time_capped: bool = False              # stopped by the solver's time limit
 
 
 def _gaps(row: tuple[Action, ...]) -> tuple[list[Action], dict[Action, int]]:
@@ -88,16 +89,17 @@ def place_ws(inst: WInstance, cfg: SolverConfig | None = None) -> WPlacement:
             prob += start[core[k]] >= start[core[k - 1]] + inst.dur(core[k - 1]) + gap[k]
         if n:
             prob += T >= start[core[-1]] + inst.dur(core[-1]) + gap[n]
-        held = 0.0
+        held = 0.0               # in units of the budget (bytes are too large for the solver)
+        unit = float(inst.budget[d]) if np.isfinite(inst.budget[d]) and inst.budget[d] > 0 else 0.0
         for k, a in enumerate(core):
             if a.kind == F:
-                freed_w = pulp.lpSum(float(inst.wact[b.stage]) * x[b, j]
-                                     for b in ws for j in range(first[b], k + 1) if (b, j) in x)
-                if np.isfinite(inst.budget[d]):
-                    prob += held + float(inst.act[a.stage]) - freed_w <= float(inst.budget[d])
-                held += float(inst.act[a.stage])
-            else:
-                held -= float(inst.act[a.stage] - inst.wact[a.stage])
+                if unit:
+                    freed_w = pulp.lpSum(float(inst.wact[b.stage]) / unit * x[b, j]
+                                         for b in ws for j in range(first[b], k + 1) if (b, j) in x)
+                    prob += held + float(inst.act[a.stage]) / unit - freed_w <= 1.0 + 1e-9
+                held += float(inst.act[a.stage]) / unit if unit else 0.0
+            elif unit:
+                held -= float(inst.act[a.stage] - inst.wact[a.stage]) / unit
         layout.append((core, ws, first))
     last = len(inst.f) - 1
     for a, sa in start.items():
@@ -110,7 +112,7 @@ def place_ws(inst: WInstance, cfg: SolverConfig | None = None) -> WPlacement:
             prob += sa >= start[prev] + float(delay)
     out = run_model(prob, cfg)
     if not out.has_solution:
-        return WPlacement(inst.rows, float("inf"), False, out.status.lower())
+        return WPlacement(inst.rows, float("inf"), False, out.status.lower(), out.time_capped)
     rows = []
     for core, ws, first in layout:
         in_gap: dict[int, list[Action]] = {}
@@ -123,4 +125,5 @@ def place_ws(inst: WInstance, cfg: SolverConfig | None = None) -> WPlacement:
             if k < len(core):
                 row.append(core[k])
         rows.append(tuple(row))
-    return WPlacement(tuple(rows), float(T.value()), out.proven_optimal, out.status.lower())
+    return WPlacement(tuple(rows), float(T.value()), out.proven_optimal, out.status.lower(),
+                      out.time_capped)

@@ -38,6 +38,9 @@ class TunerConfig:
     ilp: bool = setting(True, "start from the partition (+ placement) ILPs (solvers)")
     ilp_max_nodes: int = setting(100, "branch-and-bound nodes of each ILP start at most "
                                       "(deterministic; solver.time_limit_s is only a cap)", ge=1)
+    w_ilp_max_actions: int = setting(
+        128, "the W-placement ILP (solvers.w_placement) polishes the best split-backward table "
+             "of at most this many actions (0: never)", ge=0)
     polish_sims: int = setting(48, "full simulations of row moves (advance into bubbles) on the "
                                    "best table at most; 0: no polish", ge=0)
     shard_layers: Literal["auto", "force", "off"] = setting(

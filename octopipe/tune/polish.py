@@ -15,12 +15,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from octopipe.config.solver import SolverConfig
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import DeadlockError, ScheduleError
 from octopipe.plan import Plan
 from octopipe.schedule.validate import data_predecessors
 from octopipe.sim.result import SimResult
 from octopipe.tune.candidate import Problem
 from octopipe.tune.evaluate import simulate_plan
+from solvers.w_placement import WInstance, place_ws
 
 
 def _gaps(sim: SimResult) -> list[tuple[float, int, int, float]]:
@@ -81,3 +84,38 @@ def advance_into_bubbles(problem: Problem, plan: Plan, sim: SimResult, max_sims:
                 plan, sim = cand, new_sim
                 break
     return plan, sim, accepted, "converged"
+
+
+def w_instance(problem: Problem, plan: Plan) -> WInstance:
+    """The plan's rows and stage costs as the W-placement ILP takes them; the budget is the
+    tighter of the activation budget and what static memory leaves of each device."""
+    st = StageCosts.bind(problem.costs, plan.partition, plan.table.placement, problem.kind_col)
+    t = st.boundary_transfers(problem.cluster)
+    budget = problem.memory_bytes - st.per_device(st.static_bytes, problem.n_devices)
+    if problem.act_budget is not None:
+        budget = np.minimum(budget, problem.act_budget)
+    return WInstance(plan.table.rows, st.f, st.i, st.w, np.concatenate([t, [0.0]]),
+                     np.concatenate([[0.0], t]), st.act_bytes, st.w_act_bytes, budget)
+
+
+def place_ws_exactly(problem: Problem, plan: Plan, sim: SimResult, solver: SolverConfig
+                     ) -> tuple[Plan, SimResult, str]:
+    """The W-placement ILP (`solvers.w_placement`) on a split-backward plan: its rows with every W
+    in the best gap for the fixed F/I order, kept when the simulator finds them faster and within
+    memory. Returns (plan, sim, what happened)."""
+    if not plan.table.splits_backward or plan.table.is_lowered:
+        return plan, sim, "not split backward"
+    res = place_ws(w_instance(problem, plan), solver)
+    if res.time_capped:
+        return plan, sim, "time_cap"
+    if not np.isfinite(res.makespan):
+        return plan, sim, f"ILP {res.status}"
+    cand = replace(plan, table=plan.table.with_rows(res.rows))
+    try:
+        new_sim = simulate_plan(problem, cand)
+    except (DeadlockError, ScheduleError):
+        return plan, sim, "ILP rows deadlock"
+    if (new_sim.makespan < sim.makespan * (1 - 1e-9)
+            and not problem.over_memory(new_sim.peak_memory, new_sim.peak_activation_memory)):
+        return cand, new_sim, f"W placement ILP ({'optimal' if res.proven_optimal else res.status})"
+    return plan, sim, "ILP found no faster W placement"

@@ -44,7 +44,7 @@ from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
 from octopipe.tune.levers import Levers, reference
-from octopipe.tune.polish import advance_into_bubbles
+from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
 from octopipe.tune.search import SearchConfig, SearchOutcome, search
 from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
@@ -169,6 +169,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     st.outcome = run_search(st, o.seed, o.progress)        # 3. search: max_evaluations
     seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
     st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
+    w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
@@ -275,6 +276,28 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
                             "makespan_s": float(sim.makespan), "move": f"row reorder x{len(moves)}",
                             "candidate": moves[-1]})
     return finals, history
+
+
+def w_ilp(st: TuneState, solver_cfg: SolverConfig) -> None:
+    """Finalists (polish): the W-placement ILP on the best table when it splits backward and has
+    at most `tuner.w_ilp_max_actions` actions (`Budgets.ilp_nodes` nodes, within the cap)."""
+    if not st.finals or not st.finals[0].feasible or not st.levers.has("schedule"):
+        return
+    top = st.finals[0]
+    n = sum(1 for _ in top.plan.table)
+    if n > st.cfg.w_ilp_max_actions or not top.plan.table.splits_backward:
+        return
+    scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
+                   time_limit_s=max(1.0, min(solver_cfg.time_limit_s, st.budgets.left_s(st.elapsed()))))
+    plan, sim, what = place_ws_exactly(st.problem_of(top.plan), top.plan, top.sim, scfg)
+    st.ilp["w_placement"] = what
+    if what == "time_cap":
+        st.capped.append("w_placement")
+    if plan is not top.plan:
+        plan = replace(plan, meta={**plan.meta, "w_placement": what})
+        st.finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
+        st.history.append({"t_s": st.elapsed(), "iteration": st.outcome.iterations,
+                           "makespan_s": float(sim.makespan), "move": what, "candidate": ""})
 
 
 def checks(st: TuneState) -> Evaluated:

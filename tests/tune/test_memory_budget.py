@@ -10,6 +10,10 @@ from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
 from octopipe.tune import TuneOptions, tune
+from octopipe.tune.candidate import Problem
+from octopipe.tune.polish import w_instance
+from octopipe.tune.tuner import activation_budget
+from solvers.w_placement import place_ws
 
 from .helpers import free_cluster
 
@@ -57,3 +61,30 @@ def test_a_budget_below_one_layer_names_the_layer_and_the_shortfall():
     costs, cl = zb_costs(), free_cluster(4)
     with pytest.raises(InfeasibleError, match=r"layer 0 .* short by"):
         tune(costs, cl, 4, 8, TuneOptions({**CFG, "memory_budget": 0.05}))
+
+
+def hetero_zb_costs(p, seed):
+    """One layer per stage with unequal F, I, W and activations (no fixed family is optimal)."""
+    rng = np.random.default_rng(seed)
+    f, i, w = (rng.uniform(0.5, 2.0, (p, 1)) * 1e-3 for _ in range(3))
+    act = rng.uniform(0.5, 1.5, p) * GIB
+    return CostTable(tuple(f"l{j}" for j in range(p)), ("dev",), f, i, w, act, np.zeros(p),
+                     np.zeros(p), np.zeros(p), w_act_bytes=0.5 * act, tokens_per_microbatch=1)
+
+
+@pytest.mark.parametrize("p,m,seed,multiple", [(2, 4, 0, 1.0), (3, 6, 1, 2.0), (4, 8, 2, 1.0),
+                                               (4, 8, 3, 2.0)])
+def test_heuristic_w_placement_is_within_one_percent_of_the_ilp(p, m, seed, multiple):
+    """The search alone (no ILP polish): the exact W placement for its own F/I order gains < 1%."""
+    costs, cl = (zb_costs(p) if seed % 2 == 0 else hetero_zb_costs(p, seed)), free_cluster(p)
+    res = tune(costs, cl, p, m, TuneOptions({**CFG, "memory_budget": multiple, "levers": ["schedule"],
+                                             "w_ilp_max_actions": 0}))
+    plan = res.plan
+    if not plan.table.splits_backward:
+        pytest.skip("the best plan runs a full backward: no W to place")
+    pb = Problem.build(costs, cl, p, m)
+    pb = Problem.build(costs, cl, p, m, act_budget=activation_budget(pb, multiple))
+    ilp = place_ws(w_instance(pb, plan))
+    assert ilp.proven_optimal
+    assert ilp.makespan <= res.makespan_s * (1 + 1e-6)
+    assert res.makespan_s <= ilp.makespan * 1.01
