@@ -37,7 +37,7 @@ class TunerConfig:
                "0.1 ms per action)", ge=1)
     ilp: bool = setting(True, "start from the partition (+ placement) ILPs (solvers)")
     ilp_max_nodes: int = setting(100, "branch-and-bound nodes of each ILP start at most "
-                                      "(deterministic; solver.time_limit_s is only a cap)", ge=1)
+                                      "(deterministic; the time_budget_s cap is their only time limit)", ge=1)
     w_ilp_max_actions: int = setting(
         128, "the W-placement ILP (solvers.w_placement) polishes the best split-backward table "
              "of at most this many actions (0: never)", ge=0)

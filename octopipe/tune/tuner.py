@@ -205,9 +205,10 @@ def starting_points(st: TuneState, starts: Sequence[Candidate], solver_cfg: Solv
     ilp_info: dict = {}
     if st.cfg.ilp:
         try:
+            # the node limit ends the solve; the time limit is only the tuner's safety cap, so
+            # that a loaded machine does not stop CBC at another incumbent
             scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
-                           time_limit_s=max(1.0, min(solver_cfg.time_limit_s,
-                                                     st.budgets.left_s(st.elapsed()))))
+                           time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
             ilp_cands, ilp_info = _ilp_starts(st.problem, scfg)
             cands = ilp_cands + cands
             if ilp_info.get("time_capped") or ilp_info.get("v", {}).get("time_capped"):
@@ -288,7 +289,7 @@ def w_ilp(st: TuneState, solver_cfg: SolverConfig) -> None:
     if n > st.cfg.w_ilp_max_actions or not top.plan.table.splits_backward:
         return
     scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
-                   time_limit_s=max(1.0, min(solver_cfg.time_limit_s, st.budgets.left_s(st.elapsed()))))
+                   time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
     plan, sim, what = place_ws_exactly(st.problem_of(top.plan), top.plan, top.sim, scfg)
     st.ilp["w_placement"] = what
     if what == "time_cap":
