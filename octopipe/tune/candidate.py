@@ -153,7 +153,7 @@ class Problem:
                else np.stack([f, i + w, np.zeros_like(f)], axis=1))
         act = st.act_bytes
         static = st.per_device(st.static_bytes, self.n_devices)
-        t = st.boundary_transfers(self.cluster)
+        t = self._transfers(dev, st.out_bytes)
         comm_f = np.concatenate([t, [0.0]])
         comm_b = np.concatenate([[0.0], t])
         cap = self.memory_bytes - static
@@ -161,6 +161,24 @@ class Problem:
             cap = np.minimum(cap, self.act_budget)
         free_i = act - st.w_act_bytes if cand.split_backward else act
         return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
+
+    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
+        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+        links = self.__dict__.get("_links")
+        if links is None:
+            D, cl = self.n_devices, self.cluster
+            lat, bw = np.zeros((D, D)), np.full((D, D), np.inf)
+            for a in range(D):
+                for b in range(D):
+                    link = cl.link(a, b)
+                    if link is not None:
+                        lat[a, b], bw[a, b] = link.latency, link.bandwidth
+            links = (lat, bw)
+            object.__setattr__(self, "_links", links)
+        lat, bw = links
+        a, b = dev[:-1], dev[1:]
+        return np.where(a == b, 0.0, lat[a, b] + out_bytes[:-1] / bw[a, b])
 
     def device_load(self, cand: Candidate) -> np.ndarray:
         """[D] seconds of compute per micro-batch on each device (the static balance)."""
