@@ -200,6 +200,14 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
                          layout_bound(problem, best).makespan_s)
 
 
+def fmt_bytes(x: float) -> str:
+    """Bytes in the largest binary unit that keeps the figure at least 1 (GiB at most)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
 def raise_infeasible(problem: Problem) -> None:
     if problem.act_budget is not None:
         D = problem.n_devices
@@ -207,10 +215,10 @@ def raise_infeasible(problem: Problem) -> None:
         short = st.act_bytes - problem.act_budget
         d = int(np.argmax(short))
         raise InfeasibleError(
-            f"no schedule fits tuner.memory_budget ({problem.act_budget[d] / 2**30:.3f} GiB of "
+            f"no schedule fits tuner.memory_budget ({fmt_bytes(problem.act_budget[d])} of "
             f"activations per device): on uniform stages, device {d} needs "
-            f"{st.act_bytes[d] / 2**30:.3f} GiB for one micro-batch in flight "
-            f"(short by {max(0.0, short[d]) / 2**30:.3f} GiB) and no searched partition fits "
+            f"{fmt_bytes(st.act_bytes[d])} for one micro-batch in flight "
+            f"(short by {fmt_bytes(max(0.0, short[d]))}) and no searched partition fits "
             f"either; raise the budget or use more devices")
     need = problem.costs.static_bytes.sum()
     have = problem.memory_bytes.sum()

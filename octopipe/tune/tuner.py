@@ -46,7 +46,7 @@ from octopipe.tune.freeze import to_plan
 from octopipe.tune.levers import Levers, reference
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
-from octopipe.tune.search import SearchConfig, SearchOutcome, search
+from octopipe.tune.search import SearchConfig, SearchOutcome, fmt_bytes, search
 from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
 from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
@@ -373,10 +373,10 @@ def activation_budget(problem: Problem, multiple: float) -> np.ndarray:
     j = int(np.argmax(act))
     if act[j] > budget * (1 + 1e-9):
         raise InfeasibleError(
-            f"tuner.memory_budget={multiple:g}: {budget / 2**30:.3f} GiB of activations per device "
-            f"({multiple:g} x S-1F1B's {ref / 2**30:.3f} GiB), but layer {j} "
-            f"({problem.costs.layer_names[j]}) alone holds {act[j] / 2**30:.3f} GiB for one "
-            f"micro-batch: short by {(act[j] - budget) / 2**30:.3f} GiB; raise the budget")
+            f"tuner.memory_budget={multiple:g}: {fmt_bytes(budget)} of activations per device "
+            f"({multiple:g} x S-1F1B's {fmt_bytes(ref)}), but layer {j} "
+            f"({problem.costs.layer_names[j]}) alone holds {fmt_bytes(act[j])} for one "
+            f"micro-batch: short by {fmt_bytes(act[j] - budget)}; raise the budget")
     return np.full(problem.n_devices, budget)
 
 

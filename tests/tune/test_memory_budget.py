@@ -88,3 +88,10 @@ def test_heuristic_w_placement_is_within_one_percent_of_the_ilp(p, m, seed, mult
     assert ilp.proven_optimal
     assert ilp.makespan <= res.makespan_s * (1 + 1e-6)
     assert res.makespan_s <= ilp.makespan * 1.01
+
+
+def test_no_plan_within_the_budget_names_the_short_device():
+    """1.2 GiB per device fits one layer's 1 GiB, but 8 layers on 4 devices put 2 on some device."""
+    costs, cl = zb_costs(), free_cluster(4)
+    with pytest.raises(InfeasibleError, match=r"device \d needs 2 GiB .*short by 819 MiB"):
+        tune(costs, cl, 4, 8, TuneOptions({**CFG, "memory_budget": 0.15}))
