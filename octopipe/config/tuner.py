@@ -24,6 +24,9 @@ class TunerConfig:
         gt=0)
     max_evaluations: int = setting(16000, "list-scheduler estimates of the local search at most",
                                    ge=1)
+    max_work: int = setting(32_000_000, "actions the local search's estimates may schedule in all "
+                                        "(stages x micro-batches x 2 or 3 each): keeps large "
+                                        "instances within about the default run's time", ge=1)
     max_iters: int = setting(400, "local-search iterations at most", ge=1)
     patience: int = setting(40, "iterations without a new best before the search stops", ge=1)
     candidates_per_iter: int = setting(8, "moves estimated per iteration at least (up to 400 on "
@@ -43,6 +46,8 @@ class TunerConfig:
              "of at most this many actions (0: never)", ge=0)
     polish_sims: int = setting(48, "full simulations of row moves (advance into bubbles) on the "
                                    "best table at most; 0: no polish", ge=0)
+    polish_work: int = setting(100_000, "actions the polish's simulations may run in all (a large "
+                                        "table gets fewer simulations)", ge=1)
     shard_layers: Literal["auto", "force", "off"] = setting(
         "auto", "shard HEAD/MLP/MoE layers (cut into pieces). auto: of no shards and pieces "
                 "capped at 1, 1/2, 1/4 of shard_share, the one with the best bound (fewest "

@@ -35,6 +35,7 @@ class SearchConfig:
 
     time_budget_s: float = TunerConfig.time_budget_s     # the safety cap of this stage
     max_evaluations: int = TunerConfig.max_evaluations
+    max_work: int = TunerConfig.max_work
     max_iters: int = TunerConfig.max_iters
     patience: int = TunerConfig.patience
     candidates_per_iter: int = TunerConfig.candidates_per_iter
@@ -53,6 +54,7 @@ class SearchOutcome:
     history: list[dict] = field(default_factory=list)
     pool: list[tuple[float, Candidate]] = field(default_factory=list)   # best distinct, ascending
     evaluations: int = 0
+    work: int = 0                       # actions the estimates scheduled
     iterations: int = 0
     stop_reason: str = ""
     # no schedule of `best`'s partition and placement is shorter (octopipe.tune.layout_bound):
@@ -92,17 +94,19 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
 
 
 class Evaluator:
-    """Cached estimator calls, counted."""
+    """Cached estimator calls, counted, and the actions they scheduled (`work`)."""
 
     def __init__(self, problem: Problem):
         self.problem = problem
         self.cache: dict[Candidate, float] = {}
         self.calls = 0
+        self.work = 0
 
     def __call__(self, c: Candidate) -> float:
         v = self.cache.get(c)
         if v is None:
             self.calls += 1
+            self.work += c.n_stages * self.problem.n_microbatches * (3 if c.split_backward else 2)
             v = float(self.problem.estimate(c).makespan)
             self.cache[c] = v
         return v
@@ -148,7 +152,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         if elapsed > cfg.time_budget_s:
             stop = "time_cap"
             break
-        if it > cfg.max_iters or ev.calls >= cfg.max_evaluations:
+        if it > cfg.max_iters or ev.calls >= cfg.max_evaluations or ev.work >= cfg.max_work:
             stop = "iterations"
             break
         if since_best >= cfg.patience and not restarts:
@@ -196,7 +200,7 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             since_best += 1
         if on_progress is not None:
             on_progress(ev.calls, best_ms, it)
-    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop,
+    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, ev.work, it, stop,
                          layout_bound(problem, best).makespan_s)
 
 

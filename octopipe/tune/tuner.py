@@ -266,8 +266,10 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
     if (finals and finals[0].feasible and b.polish_sims > 0 and st.levers.has("schedule")
             and not finals[0].plan.table.is_lowered):
         top = finals[0]
+        n_actions = sum(1 for _ in top.plan.table)
+        sims = min(b.polish_sims, max(1, st.cfg.polish_work // max(1, n_actions)))
         plan, sim, moves, st.polish_stop = advance_into_bubbles(
-            st.problem_of(top.plan), top.plan, top.sim, b.polish_sims, b.left_s(st.elapsed()))
+            st.problem_of(top.plan), top.plan, top.sim, sims, b.left_s(st.elapsed()))
         if st.polish_stop == "time_cap":
             st.capped.append("polish")
         if moves:
@@ -322,6 +324,7 @@ def result(st: TuneState) -> TuneResult:
     tokens = st.problem.n_microbatches * float(st.whole.costs.tokens_per_microbatch)
     stats = {"stopped_by": "time_cap" if st.capped else outcome.stop_reason,
              "evaluations": outcome.evaluations, "max_evaluations": st.budgets.evaluations,
+             "work_actions": outcome.work,
              "iterations": outcome.iterations, "search_stopped_by": outcome.stop_reason,
              "polish_stopped_by": st.polish_stop or "not run", "capped_stages": list(st.capped),
              "time_cap_s": st.budgets.cap_s, "estimate_s": outcome.best_makespan}
