@@ -56,6 +56,9 @@ from solvers.placement_ilp import solve_partition_placement
 # the joint partition + placement ILP only where its root solve is quick: on larger instances
 # (54 layers x 8 devices) even its first 50 nodes took 18 s, so those fix the loop placement
 JOINT_ILP_MAX_CELLS = 128
+# the partition ILPs up to this many layer-stage cells: 100 nodes of the V partition ILP on 216
+# layer pieces x 64 stages took minutes, most of a large instance's tuning
+PARTITION_ILP_MAX_CELLS = 4096
 
 
 @dataclass(frozen=True)
@@ -397,6 +400,14 @@ def _ilp_starts(problem: Problem, scfg: SolverConfig) -> tuple[list[Candidate], 
     info: dict = {}
     for label, chunks, sched, placement in runs:
         if D * chunks > L:
+            continue
+        if L * D * chunks > PARTITION_ILP_MAX_CELLS:
+            run = {"status": "skipped", "schedule": sched,
+                   "reason": f"{L} layers x {D * chunks} stages > {PARTITION_ILP_MAX_CELLS} cells"}
+            if label == "loop":
+                info = run
+            else:
+                info["v"] = run
             continue
         t0 = time.perf_counter()
         try:
