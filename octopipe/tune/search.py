@@ -130,7 +130,12 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
     project = levers.project if levers is not None else (lambda c: c)
     seeds = [project(c) for c in (*starts, *seed_candidates(problem, cfg.max_chunks))]
     seeds = list(dict.fromkeys(c for c in seeds if c is not None))
-    scored = sorted(((ev(c), i, c) for i, c in enumerate(seeds)), key=lambda t: (t[0], t[1]))
+    first = []          # the seeds in order, until the work budget is spent (at least one fits)
+    for i, c in enumerate(seeds):
+        if ev.work >= cfg.max_work and any(math.isfinite(v) for v, _, _ in first):
+            break
+        first.append((ev(c), i, c))
+    scored = sorted(first, key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
         raise_infeasible(problem)
