@@ -48,12 +48,14 @@ def make_solver(cfg: SolverConfig) -> pulp.LpSolver:
     """The PuLP solver object for `cfg`; SolverUnavailableError if HiGHS is asked for but absent."""
     if cfg.name == "cbc":
         return cbc(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads,
-                   options=list(cfg.cbc_options))
+                   options=list(cfg.cbc_options), maxNodes=cfg.max_nodes)
     if not highs_available():
         raise SolverUnavailableError("solver=highs needs the HiGHS Python bindings, which are not "
                                      "installed: run `pip install highspy` (or `pip install "
                                      "octopipe[highs]`), or use solver=cbc")
-    return pulp.HiGHS(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads)
+    nodes = {} if cfg.max_nodes is None else {"mip_max_nodes": cfg.max_nodes}
+    return pulp.HiGHS(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads,
+                      **nodes)
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,12 @@ class SolveOutcome:
     solve_time_s: float
     proven_optimal: bool
     has_solution: bool
+    time_capped: bool = False        # stopped by the time limit (the result depends on the machine)
 
 
 def run_model(prob: pulp.LpProblem, cfg: SolverConfig) -> SolveOutcome:
-    """Solve `prob`; proven optimality means status Optimal with gap 0 within the time limit."""
+    """Solve `prob`; proven optimality means status Optimal with gap 0 within the time limit (a
+    solve stopped by `cfg.max_nodes` reports its incumbent, unproven)."""
     solver = make_solver(cfg)
     t0 = time.perf_counter()
     try:
@@ -89,7 +93,8 @@ def run_model(prob: pulp.LpProblem, cfg: SolverConfig) -> SolveOutcome:
     proven = (sol_status == pulp.LpSolutionOptimal and cfg.gap == 0.0
               and dt < cfg.time_limit_s * 0.999)
     bound = _best_bound(prob, solver, objective if proven else None)
-    return SolveOutcome(status, objective, bound, dt, proven, has_solution)
+    return SolveOutcome(status, objective, bound, dt, proven, has_solution,
+                        not proven and dt >= cfg.time_limit_s * 0.999)
 
 
 def _best_bound(prob: pulp.LpProblem, solver: pulp.LpSolver, proven_obj: float | None) -> float | None:

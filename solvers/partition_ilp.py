@@ -81,11 +81,12 @@ def solve_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
         if out.status == "Infeasible" and explain:
             raise InfeasibleError(explain_shortfall(inst, cfg))
         return PartitionResult((), placement, float("inf"), (), (), False, False, out.solve_time_s,
-                               name, status=out.status.lower(), **size)
+                               name, status=out.status.lower(), time_capped=out.time_capped, **size)
     part = partition_from_bounds(stair.bounds(), inst.n_layers)
     bound = out.bound * tu if out.bound is not None else None
     return make_result(inst, part, placement, name, out.solve_time_s, out.proven_optimal,
-                       status="optimal" if out.proven_optimal else "feasible", bound=bound, **size)
+                       status="optimal" if out.proven_optimal else "feasible", bound=bound,
+                       time_capped=out.time_capped, **size)
 
 
 def solve_partition(costs: CostTable, cluster: Cluster, n_stages: int, placement: Sequence[int],

@@ -39,15 +39,16 @@ def incumbent(inst: PartitionInstance, cfg: SolverConfig) -> PartitionResult | N
     """The best fixed-placement optimum over the loop and V placements (each device holding
     n_stages / devices stages): a feasible joint plan that bounds the joint optimum."""
     k = stages_per_device(inst)
-    best = None
-    for pl in {loop_placement(inst.n_devices, k), v_placement(inst.n_devices, k)}:
+    best, capped = None, False
+    for pl in sorted({loop_placement(inst.n_devices, k), v_placement(inst.n_devices, k)}):
         try:
             r = solve_instance(inst.with_placement(pl), cfg, explain=False)
         except InfeasibleError:
             continue
+        capped = capped or r.time_capped
         if r.fits_memory and (best is None or r.objective < best.objective):
             best = r
-    return best
+    return replace(best, time_capped=capped) if best is not None else None
 
 
 def solve_placement_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
@@ -72,7 +73,8 @@ def solve_placement_instance(inst: PartitionInstance, cfg: SolverConfig | None =
     out = run_model(prob, replace(cfg, time_limit_s=max(1.0, left)))
     out = replace(out, solve_time_s=time.perf_counter() - t0)
     name = f"joint_ilp_{cfg.name}" if presolve else f"joint_ilp_plain_{cfg.name}"
-    size = dict(n_variables=len(prob.variables()), n_constraints=len(prob.constraints()))
+    size = dict(n_variables=len(prob.variables()), n_constraints=len(prob.constraints()),
+                time_capped=out.time_capped or bool(inc is not None and inc.time_capped))
     if not out.has_solution:
         if inc is not None:
             return _from_incumbent(inc, inst, name, out.solve_time_s, size)

@@ -28,6 +28,7 @@ class PartitionResult:
     bound: float | None = None
     n_variables: int = 0
     n_constraints: int = 0
+    time_capped: bool = False            # a solve stopped by its time limit (machine-dependent)
     meta: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -41,7 +42,8 @@ class PartitionResult:
                 "proven_optimal": self.proven_optimal, "solve_time_s": self.solve_time_s,
                 "fits_memory": self.fits_memory, "device_load_s": list(self.device_load_s),
                 "device_memory_bytes": list(self.device_memory_bytes),
-                "n_variables": self.n_variables, "n_constraints": self.n_constraints}
+                "n_variables": self.n_variables, "n_constraints": self.n_constraints,
+                "time_capped": self.time_capped}
 
 
 def make_result(inst: PartitionInstance, partition: Partition, placement: tuple[int, ...],

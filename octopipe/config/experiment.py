@@ -166,7 +166,22 @@ class PipeDreamExperiment(ExperimentConfig):
                                  "no runtime part")
 
 
+@dataclass(frozen=True, kw_only=True)
+class AblationExperiment(ExperimentConfig):
+    """experiment=ablation: every non-empty subset of tuner.levers on heterogeneous models."""
+
+    models: tuple[str, ...] = setting(REQUIRED, "model presets (analytic costs on the run's "
+                                                "cluster)")
+    profiles: tuple[str, ...] = setting(REQUIRED, "published profiles (cost=file presets), on "
+                                                  "the run's cluster with its links")
+    devices: int = setting(REQUIRED, "pipeline devices", ge=1)
+    microbatches: int = setting(REQUIRED, "micro-batches", ge=1)
+    max_evaluations: int = setting(REQUIRED, "tuner.max_evaluations of each subset's search",
+                                   ge=1)
+
+
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
     "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
     "layouts": LayoutsExperiment, "pipedream": PipeDreamExperiment,
+    "ablation": AblationExperiment,
     "suite": ExperimentConfig, "suite_large": ExperimentConfig}

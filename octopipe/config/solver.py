@@ -26,6 +26,9 @@ class SolverConfig:
 
     name: Literal["cbc", "highs"] = setting("cbc", "cbc (bundled with PuLP) | highs (highspy)")
     time_limit_s: float = setting(30.0, "cap of one solve", gt=0)
+    max_nodes: int | None = setting(None, "branch-and-bound nodes of one solve at most (a "
+                                          "deterministic limit, unlike time_limit_s); null: none",
+                                    ge=1)
     gap: float = setting(0.0, "relative MIP gap at which the solver may stop (0 = prove "
                               "optimality)", ge=0, lt=1)
     threads: int = setting(1, "threads, for backends that accept it", ge=1)

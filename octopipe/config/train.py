@@ -44,5 +44,6 @@ class TrainConfig:
     resume: str = setting("", "a checkpoint directory (.../step_000010) to continue from")
     check_reference: bool = setting(False, "also train the single-process reference and report "
                                            "the largest relative loss and weight difference")
-    tune_s: float = setting(10.0, "the tuner's time budget for the training plan", gt=0)
+    tune_s: float = setting(10.0, "wall-clock safety cap of the tuner for the training plan "
+                                  "(its budget is tuner.max_evaluations)", gt=0)
     timeout_s: float = setting(1800.0, "the whole training launch", gt=0)

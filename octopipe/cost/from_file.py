@@ -16,8 +16,11 @@ layer::
 
 Columns: `f_ms` (required); `b_ms`, or `i_ms` and `w_ms` (one of the two is required; with all
 three, b must equal i + w); `label`; `act_bytes` (activation bytes a layer keeps from F to its
-backward), `static_bytes` (parameter + gradient + optimizer bytes), `out_bytes` (bytes the layer
-sends to the next one); a `layer` column, if present, must count 0, 1, 2, ...
+backward), `w_act_bytes` (the part of `act_bytes` the weight-gradient pass W still needs after the
+input-gradient pass I: zero-bubble's memory model has F allocate `act_bytes`, I free all but
+`w_act_bytes`, W free those; at most `act_bytes`, and only with it; absent: 0, so I frees all),
+`static_bytes` (parameter + gradient + optimizer bytes), `out_bytes` (bytes the layer sends to
+the next one); a `layer` column, if present, must count 0, 1, 2, ...
 
 JSON (`.json`): an object with the same metadata keys and either `"layers": [{"label": ...,
 "f_ms": ..., "b_ms": ...}, ...]` (a record per layer) or column arrays `"f_ms": [...]`,
@@ -62,7 +65,7 @@ from octopipe.model.spec import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "profiles"
 TIME_FIELDS = ("f_ms", "b_ms", "i_ms", "w_ms")
-BYTE_FIELDS = ("act_bytes", "static_bytes", "out_bytes")
+BYTE_FIELDS = ("act_bytes", "w_act_bytes", "static_bytes", "out_bytes")
 META_FIELDS = ("name", "source", "device", "seq_len", "micro_batch_size", "hidden", "label_kinds")
 DEFAULT_LABEL_KINDS = {"E": "embedding", "H": "head", "M": "mamba2", "-": "mlp", "*": "attention"}
 
@@ -84,6 +87,7 @@ class Profile:
     act_bytes: np.ndarray | None = None
     static_bytes: np.ndarray | None = None
     out_bytes: np.ndarray | None = None
+    w_act_bytes: np.ndarray | None = None
     seq_len: int = 0
     micro_batch_size: int = 1
     hidden: int = 0
@@ -184,6 +188,16 @@ def profile_from_columns(columns: Mapping[str, Sequence[Any]], meta: Mapping[str
                               f"i_ms + w_ms = {arrays['i_ms'][j] + arrays['w_ms'][j]:g}; "
                               f"give b_ms or i_ms/w_ms, not both")
         del arrays["b_ms"]
+    if "w_act_bytes" in arrays:
+        if "act_bytes" not in arrays:
+            raise ConfigError(f"{origin}: w_act_bytes needs an act_bytes column (the part of a "
+                              "layer's activations W still needs is a part of them)")
+        over = np.flatnonzero(arrays["w_act_bytes"] > arrays["act_bytes"] * (1 + 1e-9))
+        if over.size:
+            j = int(over[0])
+            raise ConfigError(f"{origin}: layer {j}: w_act_bytes={arrays['w_act_bytes'][j]:g} "
+                              f"exceeds act_bytes={arrays['act_bytes'][j]:g}; W keeps a part of "
+                              "the activations F stored")
 
     labels = None
     if "labels" in columns:
@@ -546,6 +560,7 @@ def profile_cost_table(profile: Profile, opts: ProfileOptions, kinds: Sequence[s
         act_bytes=profile.act_bytes if profile.act_bytes is not None else zeros,
         static_bytes=profile.static_bytes if profile.static_bytes is not None else zeros,
         out_bytes=_message_bytes(profile, model), params=zeros,
+        w_act_bytes=profile.w_act_bytes if profile.w_act_bytes is not None else zeros,
         tokens_per_microbatch=int(tokens))
 
 

@@ -206,8 +206,7 @@ def evaluate_case(case: Case, name: str, plan: Plan, costs: CostTable, cluster: 
 def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float:
     """The tuner's whole-layer bound (fill/drain per device, transfers free, so valid for both
     comm settings)."""
-    return device_bound(Problem.build(costs, comm_free(cluster), case.devices, case.microbatches),
-                        time_limit_s=2.0)
+    return device_bound(Problem.build(costs, comm_free(cluster), case.devices, case.microbatches))
 
 
 def cases(exp: OctoPipeAuthorsExperiment) -> list[Case]:

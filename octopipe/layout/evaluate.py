@@ -147,7 +147,7 @@ class LayoutEvaluator:
         when it is faster; None when nothing fits."""
         cfg = self.cfg
         tuner = dict(time_budget_s=600.0, max_iters=cfg.tune_iters, patience=cfg.tune_iters,
-                     polish_s=0.0, ilp=False, finalists=2, smt_max_actions=1, shard_layers="off",
+                     polish_sims=0, ilp=False, finalists=2, smt_max_actions=1, shard_layers="off",
                      max_chunks=cfg.tune_chunks)
         costs, cl = self.costs(layout, level), self.grid.pipeline(layout)
         m_tune = min(layout.microbatches, cfg.tune_microbatches)

@@ -93,6 +93,18 @@ class SimResult:
         """[device] bytes: static (parameters, gradients, optimizer) + activation peak."""
         return self.durations.static + self.peak_activation_memory
 
+    def memory_trace(self, device: int) -> tuple[np.ndarray, np.ndarray]:
+        """(times, activation bytes held just after each) on `device`: F allocates when it starts,
+        I, W and B free when they end (zero-bubble's model, `octopipe.sim.durations`); at equal
+        times frees come first, as in the engine, so the trace's maximum is the device's peak."""
+        ids = np.flatnonzero(self.program.c_dev == device)
+        du = self.durations
+        t = np.concatenate([self.start[ids], self.end[ids]])
+        delta = np.concatenate([du.alloc[ids], -du.free[ids]])
+        first = np.concatenate([np.ones(len(ids)), np.zeros(len(ids))])   # frees (0) first
+        order = np.lexsort((first, t))
+        return t[order], np.cumsum(delta[order])
+
     @property
     def over_capacity(self) -> tuple[int, ...]:
         return tuple(int(d) for d in np.nonzero(self.peak_memory > self.durations.capacity)[0])

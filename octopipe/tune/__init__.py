@@ -2,7 +2,7 @@
 
     from octopipe.tune import TuneOptions, tune
     res = tune(costs, cluster, n_devices=8, n_microbatches=16,
-               options=TuneOptions(tuner={"time_budget_s": 30}, semantics="eager", seed=0))
+               options=TuneOptions(tuner={"max_evaluations": 8000}, semantics="eager", seed=0))
     res.plan             # Plan: partition, placement and the frozen schedule table
     res.sim_result       # SimResult of the plan (communication-aware, strict row order)
     res.baselines        # named schedules (uniform / DP-balanced partitions), simulated

@@ -63,11 +63,12 @@ def layer_bound(problem: Problem) -> float:
     return max(lower_bound(problem.layer_work(), M), float(fill.max()), float(drain.max()))
 
 
-def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
+def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 120.0) -> float:
     """max(layer bound, min over layer-to-device assignments of the fill/drain-aware load).
 
-    Falls back to `layer_bound(problem)` when CBC does not prove optimality within
-    `time_limit_s` (an unproven incumbent is not a bound).
+    Falls back to `layer_bound(problem)` when CBC does not prove optimality within `max_nodes`
+    branch-and-bound nodes (an unproven incumbent is not a bound); the node limit keeps the
+    figure the same at any machine load, `time_cap_s` is only a safety cap.
     """
     base = layer_bound(problem)
     c = problem.costs
@@ -94,7 +95,7 @@ def device_bound(problem: Problem, time_limit_s: float = 5.0) -> float:
         prob += T >= float(start[k]) + M * pulp.lpSum(tw * n[t, k] for t, ((tw, _), _) in enumerate(tv))
         prob += T >= (float(start[k]) + float(chain[k])
                       + M * pulp.lpSum(tfi * n[t, k] for t, ((_, tfi), _) in enumerate(tv)))
-    prob.solve(cbc(msg=False, timeLimit=time_limit_s))
+    prob.solve(cbc(msg=False, timeLimit=time_cap_s, maxNodes=max_nodes, threads=1))
     if prob.sol_status != pulp.LpSolutionOptimal or T.value() is None:
         return base
     # CBC's optimum is exact up to its integrality tolerance; shave a hair so the bound stays valid

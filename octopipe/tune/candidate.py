@@ -89,10 +89,11 @@ class Problem:
     memory_bytes: np.ndarray          # [D] device capacity
     kind_col: np.ndarray              # [D] CostTable column of each device
     semantics: str = "eager"
+    act_budget: np.ndarray | None = None   # [D] activation bytes a plan may hold (tuner.memory_budget)
 
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
-              semantics: str = "eager") -> "Problem":
+              semantics: str = "eager", act_budget: np.ndarray | None = None) -> "Problem":
         if n_devices < 1:
             raise ConfigError(f"pp={n_devices}: a pipeline needs at least one device")
         if n_microbatches < 1:
@@ -103,7 +104,23 @@ class Problem:
         cl = cluster.restrict(n_devices) if cluster.n_devices != n_devices else cluster
         cols = costs.columns_for(cl)
         mem = np.array([cl.kind_of(d).memory_bytes for d in range(n_devices)], dtype=np.float64)
-        return cls(costs, cl, int(n_microbatches), mem, np.array(cols, dtype=np.int64), semantics)
+        budget = None if act_budget is None else np.broadcast_to(
+            np.asarray(act_budget, dtype=np.float64), (n_devices,)).copy()
+        return cls(costs, cl, int(n_microbatches), mem, np.array(cols, dtype=np.int64), semantics,
+                   budget)
+
+    def over_memory(self, peak_memory: np.ndarray, peak_activation: np.ndarray) -> list[str]:
+        """Why a simulated plan does not fit, one phrase per device over its capacity or its
+        activation budget (empty when it fits)."""
+        out = []
+        for d in np.flatnonzero(np.asarray(peak_memory) > self.memory_bytes * (1 + 1e-9)):
+            out.append(f"out of memory on device {d}: {peak_memory[d] / 2**30:.1f} GiB > "
+                       f"{self.memory_bytes[d] / 2**30:.1f} GiB")
+        if self.act_budget is not None:
+            for d in np.flatnonzero(np.asarray(peak_activation) > self.act_budget * (1 + 1e-9)):
+                out.append(f"over the activation budget on device {d}: "
+                           f"{peak_activation[d] / 2**30:.3f} GiB > {self.act_budget[d] / 2**30:.3f} GiB")
+        return out
 
     @property
     def n_devices(self) -> int:
@@ -136,12 +153,32 @@ class Problem:
                else np.stack([f, i + w, np.zeros_like(f)], axis=1))
         act = st.act_bytes
         static = st.per_device(st.static_bytes, self.n_devices)
-        t = st.boundary_transfers(self.cluster)
+        t = self._transfers(dev, st.out_bytes)
         comm_f = np.concatenate([t, [0.0]])
         comm_b = np.concatenate([[0.0], t])
         cap = self.memory_bytes - static
+        if self.act_budget is not None:
+            cap = np.minimum(cap, self.act_budget)
         free_i = act - st.w_act_bytes if cand.split_backward else act
         return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
+
+    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
+        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+        links = self.__dict__.get("_links")
+        if links is None:
+            D, cl = self.n_devices, self.cluster
+            lat, bw = np.zeros((D, D)), np.full((D, D), np.inf)
+            for a in range(D):
+                for b in range(D):
+                    link = cl.link(a, b)
+                    if link is not None:
+                        lat[a, b], bw[a, b] = link.latency, link.bandwidth
+            links = (lat, bw)
+            object.__setattr__(self, "_links", links)
+        lat, bw = links
+        a, b = dev[:-1], dev[1:]
+        return np.where(a == b, 0.0, lat[a, b] + out_bytes[:-1] / bw[a, b])
 
     def device_load(self, cand: Candidate) -> np.ndarray:
         """[D] seconds of compute per micro-batch on each device (the static balance)."""

@@ -71,12 +71,9 @@ def evaluate(problem: Problem, name: str, group: str, plan: Plan) -> Evaluated:
         sim = simulate_plan(problem, plan)
     except DeadlockError as e:
         return Evaluated(name, group, plan, None, False, f"deadlock: {str(e).splitlines()[0]}")
-    over = [int(d) for d in np.nonzero(np.asarray(sim.peak_memory) > problem.memory_bytes * (1 + 1e-9))[0]]
+    over = problem.over_memory(sim.peak_memory, sim.peak_activation_memory)
     if over:
-        d = over[0]
-        return Evaluated(name, group, plan, sim, False,
-                         f"out of memory on device {d}: {sim.peak_memory[d] / 2**30:.1f} GiB > "
-                         f"{problem.memory_bytes[d] / 2**30:.1f} GiB")
+        return Evaluated(name, group, plan, sim, False, over[0])
     return Evaluated(name, group, plan, sim, True)
 
 

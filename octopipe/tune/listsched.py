@@ -90,8 +90,9 @@ def _compile() -> "ctypes.CDLL | None":
         os.replace(tmp, lib_path)
     lib = ctypes.CDLL(str(lib_path))
     f = lib.octo_list_schedule
-    ip = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
-    dp = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    # arrays go in as raw addresses (list_schedule makes them contiguous, of the right dtype,
+    # and keeps them alive): ndpointer's per-argument checks cost more than the schedule
+    ip = dp = ctypes.c_void_p
     f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ip, dp, dp, dp, dp, dp,
                   dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, dp, ip, dp,
                   ctypes.POINTER(ctypes.c_double)]
@@ -128,14 +129,17 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     order = np.empty(S * 3 * M, dtype=np.int32)
     peak = np.zeros(D, dtype=np.float64)
     ms = ctypes.c_double(0.0)
+    i32, f64 = np.int32, np.float64
+    args = (np.ascontiguousarray(arr.dev, dtype=i32), np.ascontiguousarray(arr.dur, dtype=f64),
+            np.ascontiguousarray(arr.comm_f, dtype=f64), np.ascontiguousarray(arr.comm_b, dtype=f64),
+            np.ascontiguousarray(arr.act, dtype=f64), np.ascontiguousarray(arr.free_i, dtype=f64),
+            np.ascontiguousarray(arr.cap, dtype=f64), limits,
+            np.ascontiguousarray(policy.kind_rank, dtype=i32))
+    ptr = [a.__array_interface__["data"][0] for a in args]
     done = lib.octo_list_schedule(
-        S, M, D, int(split_backward), np.ascontiguousarray(arr.dev, dtype=np.int32),
-        np.ascontiguousarray(arr.dur, dtype=np.float64).reshape(-1),
-        np.ascontiguousarray(arr.comm_f, dtype=np.float64), np.ascontiguousarray(arr.comm_b, dtype=np.float64),
-        np.ascontiguousarray(arr.act, dtype=np.float64), np.ascontiguousarray(arr.free_i, dtype=np.float64),
-        np.ascontiguousarray(arr.cap, dtype=np.float64), limits,
-        np.ascontiguousarray(policy.kind_rank, dtype=np.int32), int(policy.f_tiebreak),
-        int(policy.b_tiebreak), float(policy.w_pressure), start, order, peak, ctypes.byref(ms))
+        S, M, D, int(split_backward), *ptr, int(policy.f_tiebreak), int(policy.b_tiebreak),
+        float(policy.w_pressure), start.__array_interface__["data"][0],
+        order.__array_interface__["data"][0], peak.__array_interface__["data"][0], ctypes.byref(ms))
     total = S * M * (3 if split_backward else 2)
     return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
                       order[:done].copy(), peak, done == total)

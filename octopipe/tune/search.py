@@ -3,8 +3,10 @@
 simulate (estimate) → attribute → moves aimed at the largest cause → rank cheaply (bubble
 pressure, static balance) → estimate the best few → keep an improvement; at a local optimum kick
 the best candidate (random moves) or restart from the next seed; stop at convergence (patience
-exhausted and every seed restarted from), the iteration cap or the time budget. Every random choice follows `seed`: two runs with the
-same seed give the same plan unless the clock (time budget) stopped one of them.
+exhausted and every seed restarted from: `converged`), the iteration or evaluation budget
+(`iterations`) or the wall-clock safety cap (`time_cap`). Every random choice follows `seed` and
+every budget counts work, not seconds: two runs with the same seed give the same plan at any
+machine load, unless the safety cap stopped one of them (and the outcome says so).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from octopipe.tune.attribution import from_list_result
 from octopipe.tune.balance import lpt_placement, refine_balance
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.layout_bound import layout_bound
+from octopipe.tune.levers import Levers
 from octopipe.tune.moves import neighbours, perturb
 
 
@@ -30,7 +33,9 @@ from octopipe.tune.moves import neighbours, perturb
 class SearchConfig:
     """The search's part of TunerConfig (defaults, docs and ranges there)."""
 
-    time_budget_s: float = TunerConfig.time_budget_s
+    time_budget_s: float = TunerConfig.time_budget_s     # the safety cap of this stage
+    max_evaluations: int = TunerConfig.max_evaluations
+    max_work: int = TunerConfig.max_work
     max_iters: int = TunerConfig.max_iters
     patience: int = TunerConfig.patience
     candidates_per_iter: int = TunerConfig.candidates_per_iter
@@ -49,6 +54,7 @@ class SearchOutcome:
     history: list[dict] = field(default_factory=list)
     pool: list[tuple[float, Candidate]] = field(default_factory=list)   # best distinct, ascending
     evaluations: int = 0
+    work: int = 0                       # actions the estimates scheduled
     iterations: int = 0
     stop_reason: str = ""
     # no schedule of `best`'s partition and placement is shorter (octopipe.tune.layout_bound):
@@ -88,17 +94,19 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
 
 
 class Evaluator:
-    """Cached estimator calls, counted."""
+    """Cached estimator calls, counted, and the actions they scheduled (`work`)."""
 
     def __init__(self, problem: Problem):
         self.problem = problem
         self.cache: dict[Candidate, float] = {}
         self.calls = 0
+        self.work = 0
 
     def __call__(self, c: Candidate) -> float:
         v = self.cache.get(c)
         if v is None:
             self.calls += 1
+            self.work += c.n_stages * self.problem.n_microbatches * (3 if c.split_backward else 2)
             v = float(self.problem.estimate(c).makespan)
             self.cache[c] = v
         return v
@@ -110,14 +118,24 @@ class Evaluator:
 
 
 def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, seed: int = 0,
-           on_progress: Callable[[float, float, int], None] | None = None,
-           pool_size: int = 8) -> SearchOutcome:
-    """Improve on `starts` (plus the named-family seeds) within the config's budget."""
+           on_progress: Callable[[int, float, int], None] | None = None,
+           pool_size: int = 8, levers: Levers | None = None) -> SearchOutcome:
+    """Improve on `starts` (plus the named-family seeds) within the config's budgets;
+    `on_progress(evaluations, best makespan, iteration)` after every iteration. With `levers`,
+    every candidate is projected onto them (the levers that are off keep the reference's
+    values)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     ev = Evaluator(problem)
-    seeds = list(dict.fromkeys([*starts, *seed_candidates(problem, cfg.max_chunks)]))
-    scored = sorted(((ev(c), i, c) for i, c in enumerate(seeds)), key=lambda t: (t[0], t[1]))
+    project = levers.project if levers is not None else (lambda c: c)
+    seeds = [project(c) for c in (*starts, *seed_candidates(problem, cfg.max_chunks))]
+    seeds = list(dict.fromkeys(c for c in seeds if c is not None))
+    first = []          # the seeds in order, until the work budget is spent (at least one fits)
+    for i, c in enumerate(seeds):
+        if ev.work >= cfg.max_work and any(math.isfinite(v) for v, _, _ in first):
+            break
+        first.append((ev(c), i, c))
+    scored = sorted(first, key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
         raise_infeasible(problem)
@@ -137,10 +155,10 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         it += 1
         elapsed = time.perf_counter() - t0
         if elapsed > cfg.time_budget_s:
-            stop = "time budget"
+            stop = "time_cap"
             break
-        if it > cfg.max_iters:
-            stop = "iteration cap"
+        if it > cfg.max_iters or ev.calls >= cfg.max_evaluations or ev.work >= cfg.max_work:
+            stop = "iterations"
             break
         if since_best >= cfg.patience and not restarts:
             stop = "converged"
@@ -148,11 +166,19 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         res = problem.estimate(cur)
         attr = from_list_result(problem, cur, res)
         moves = neighbours(cur, problem, attr)
+        if levers is not None and not levers.all:
+            moves = [(x, b, tag) for x, b, tag in ((project(x), b, tag) for x, b, tag in moves)
+                     if x is not None]
         # estimate more moves per iteration on small instances (a function of the size only, so
         # that a seeded search not stopped by the clock is reproducible)
         n_actions = cur.n_stages * problem.n_microbatches * 3
         width = int(np.clip(2e6 / n_actions, per_iter, 400))
-        fresh = [(x, tag) for x, _, tag in moves if x not in ev.cache][:width]
+        width = min(width, cfg.max_evaluations - ev.calls)
+        picked: dict[Candidate, str] = {}        # distinct unestimated moves, in move order
+        for x, _, tag in moves:
+            if len(picked) < width and x not in ev.cache and x not in picked:
+                picked[x] = tag
+        fresh = list(picked.items())
         improved = False
         if fresh:
             vals = [(ev(x), k, x, tag) for k, (x, tag) in enumerate(fresh)]
@@ -171,19 +197,38 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             if restarts and (since_best % 4 == 2 or (since_best >= cfg.patience and since_best % 3 == 0)):
                 cur = restarts.pop(0)
             else:
-                cur = perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))
+                cur = project(perturb(best, problem, rng, cfg.kick_strength + int(rng.integers(3)))) or best
             cur_ms = ev(cur)
             if not math.isfinite(cur_ms):
                 cur, cur_ms = best, best_ms
         elif cur is not best:
             since_best += 1
         if on_progress is not None:
-            on_progress(time.perf_counter() - t0, best_ms, it)
-    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, it, stop,
+            on_progress(ev.calls, best_ms, it)
+    return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, ev.work, it, stop,
                          layout_bound(problem, best).makespan_s)
 
 
+def fmt_bytes(x: float) -> str:
+    """Bytes in the largest binary unit that keeps the figure at least 1 (GiB at most)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
 def raise_infeasible(problem: Problem) -> None:
+    if problem.act_budget is not None:
+        D = problem.n_devices
+        st = problem.stages(Candidate(Partition.uniform(problem.n_layers, D), tuple(range(D))))
+        short = st.act_bytes - problem.act_budget
+        d = int(np.argmax(short))
+        raise InfeasibleError(
+            f"no schedule fits tuner.memory_budget ({fmt_bytes(problem.act_budget[d])} of "
+            f"activations per device): on uniform stages, device {d} needs "
+            f"{fmt_bytes(st.act_bytes[d])} for one micro-batch in flight "
+            f"(short by {fmt_bytes(max(0.0, short[d]))}) and no searched partition fits "
+            f"either; raise the budget or use more devices")
     need = problem.costs.static_bytes.sum()
     act = problem.costs.act_bytes.sum()      # one micro-batch's, all live before its first backward
     have = problem.memory_bytes.sum()

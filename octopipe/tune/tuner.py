@@ -1,76 +1,85 @@
 """`tune()`: OctoPipe's planner, from costs and a cluster to a checked plan, in five stages
-over one `TuneState`, each with its own budget (`Budgets`):
+over one `TuneState`, each with its own budget (`Budgets`), counted in work (evaluations, nodes,
+simulations) so that the same inputs and seed give the same plan at any machine load:
 
 1. baselines: the named schedules (uniform and DP-balanced partitions) through the simulator
    (a fixed list);
 2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.sharding`),
-   the feasible baselines, the caller's starts and the ILP's partition + placement (`solvers`,
-   within a tenth of the time budget);
+   the feasible baselines, the caller's starts and the ILPs' partitions + placements (`solvers`,
+   `ilp_max_nodes` branch-and-bound nodes each);
 3. search: iterated local search on partition, placement and schedule policy, ranked by the
-   list-scheduling estimator (`octopipe.tune.search`; most of what the budget has left);
+   list-scheduling estimator (`octopipe.tune.search`; `max_evaluations`, `max_iters`, `patience`);
 4. finalists: the best distinct candidates frozen into tables and fully simulated with
    communication, the baselines beside them, and row moves that advance actions into the best
-   table's remaining gaps (`octopipe.tune.polish`; `polish_s`, within the budget);
+   table's remaining gaps (`octopipe.tune.polish`; `polish_sims` simulations);
 5. checks: the best plan that fits memory and passes the SMT deadlock check wins (tables up to
    `smt_max_actions`); since the baselines are finalists, it is never worse than them.
+
+`tuner.time_budget_s` is only a safety cap on the wall clock: a stage it stops is listed in the
+result's `stopped_by` (`time_cap`), since that plan depends on the machine's speed and load.
 """
 from __future__ import annotations
 
 import math
 import time
+
+import numpy as np
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from octopipe.cluster import Cluster
+from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.config.convert import convert
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Partition, Plan
+from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import v_placement
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.bounds import layer_bound, lower_bound
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
-from octopipe.tune.polish import advance_into_bubbles
+from octopipe.tune.levers import Levers, reference
+from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
-from octopipe.tune.search import SearchConfig, SearchOutcome, search
+from octopipe.tune.search import SearchConfig, SearchOutcome, fmt_bytes, search
 from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
 from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
 from solvers.placement_ilp import solve_partition_placement
 
 
-JOINT_ILP_MAX_CELLS = 1024
+# the joint partition + placement ILP only where its root solve is quick: on larger instances
+# (54 layers x 8 devices) even its first 50 nodes took 18 s, so those fix the loop placement
+JOINT_ILP_MAX_CELLS = 128
+# the partition ILPs up to this many layer-stage cells: 100 nodes of the V partition ILP on 216
+# layer pieces x 64 stages took minutes, most of a large instance's tuning
+PARTITION_ILP_MAX_CELLS = 4096
 
 
 @dataclass(frozen=True)
 class Budgets:
-    """What each stage may spend, from the tuner config (seconds unless said otherwise)."""
+    """What each stage may spend, from the tuner config: work counts, and the wall-clock cap."""
 
-    total_s: float          # the whole run (tuner.time_budget_s); finalists stop at it
-    polish_s: float         # row moves on the best finalist
+    cap_s: float            # safety cap of the whole run (tuner.time_budget_s)
+    evaluations: int        # list-scheduler estimates of the search
+    ilp_nodes: int          # branch-and-bound nodes of each ILP start
+    polish_sims: int        # simulations of row moves on the best finalist
     finalists: int          # distinct candidates fully simulated
     smt_max_actions: int    # larger tables rely on the simulator's deadlock detection
-    ilp_share: float = 0.1      # of total_s: the ILP starting points' time limit
-    search_share: float = 0.85  # of what the starting points left, less polish_s
 
     @classmethod
     def of(cls, cfg: TunerConfig) -> "Budgets":
-        return cls(cfg.time_budget_s, cfg.polish_s, cfg.finalists, cfg.smt_max_actions)
+        return cls(cfg.time_budget_s, cfg.max_evaluations, cfg.ilp_max_nodes, cfg.polish_sims,
+                   cfg.finalists, cfg.smt_max_actions)
 
-    @property
-    def ilp_s(self) -> float:
-        return self.ilp_share * self.total_s
-
-    def search_s(self, elapsed_s: float) -> float:
-        return max(0.5, self.search_share * (self.total_s - elapsed_s) - self.polish_s)
-
-    def polish_left_s(self, elapsed_s: float) -> float:
-        return min(self.polish_s, max(0.0, self.total_s - elapsed_s))
+    def left_s(self, elapsed_s: float) -> float:
+        """What the safety cap leaves."""
+        return max(0.0, self.cap_s - elapsed_s)
 
 
 @dataclass
@@ -86,10 +95,12 @@ class TuneState:
     problem: Problem | None = None     # the model the search runs on (`whole`, or layers split)
     counts: dict[int, int] = field(default_factory=dict)   # original layer -> pieces in `problem`
     shard_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
+    levers: Levers | None = None       # what the search may change (tuner.levers)
     starts: list[Candidate] = field(default_factory=list)
     ilp: dict = field(default_factory=dict)
     outcome: SearchOutcome | None = None
-    search_budget_s: float = 0.0
+    capped: list[str] = field(default_factory=list)         # stages the safety cap stopped
+    polish_stop: str = ""
     finals: list[Evaluated] = field(default_factory=list)  # ranked, best first
     history: list[dict] = field(default_factory=list)
     chosen: Evaluated | None = None
@@ -111,7 +122,9 @@ class TuneOptions:
     (eager, rendezvous, batched) used by the simulator and the SMT check; seed: the search's
     random choices; model: the name plans carry; baselines: run the named schedules (and let
     them compete as plans); starts: the caller's own starting candidates; progress: show a
-    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`).
+    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`);
+    plans: the caller's own plans, simulated and ranked with the finalists (over the model as
+    given, or its split when they split layers), so the result is never worse than any of them.
     """
 
     tuner: TunerConfig | Mapping[str, Any] | None = None
@@ -123,6 +136,7 @@ class TuneOptions:
     starts: Sequence[Candidate] = ()
     progress: bool = False
     sharder: LayerSharder | None = None
+    plans: Sequence[Plan] = ()
 
     def __post_init__(self) -> None:
         """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
@@ -131,6 +145,7 @@ class TuneOptions:
         if not isinstance(self.solver, SolverConfig):
             object.__setattr__(self, "solver", convert(SolverConfig, self.solver, "solver."))
         object.__setattr__(self, "starts", tuple(self.starts))
+        object.__setattr__(self, "plans", tuple(self.plans))
 
 
 def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
@@ -144,13 +159,20 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     t0 = time.perf_counter()
     o = options
     whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
+    if o.tuner.memory_budget is not None:
+        whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics,
+                              activation_budget(whole, o.tuner.memory_budget))
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
-    st.problem, st.counts, st.shard_meta = layers_to_search(st, o.sharder)  # 2. starting points:
-    st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    the ILP within ilp_s
-    st.search_budget_s = st.budgets.search_s(st.elapsed())               # 3. search: what is left
-    st.outcome = run_search(st, o.seed, o.progress)
-    st.finals, st.history = finalists(st)                  # 4. finalists: until total_s, polish_s
+    st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
+        st, o.sharder if "split_layers" in o.tuner.levers else None)
+    st.levers = Levers.of(o.tuner.levers, _on_shards(reference(whole.n_layers, whole.n_devices),
+                                                     st.counts))
+    st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    ILPs: ilp_max_nodes
+    st.outcome = run_search(st, o.seed, o.progress)        # 3. search: max_evaluations
+    seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
+    st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
+    w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
@@ -177,37 +199,53 @@ def layers_to_search(st: TuneState, sharder: LayerSharder | None
 
 def starting_points(st: TuneState, starts: Sequence[Candidate], solver_cfg: SolverConfig
                     ) -> tuple[list[Candidate], dict]:
-    """Starting points (2/2): the ILP's candidates (within `Budgets.ilp_s`), then the feasible
-    baselines and the caller's starts, all over the layers the search runs on."""
+    """Starting points (2/2): the ILP's candidates (`Budgets.ilp_nodes` nodes each), then the
+    feasible baselines and the caller's starts, all over the layers the search runs on."""
     cands = [_on_shards(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
     cands += [_on_shards(c, st.counts) for c in starts]
+    if not st.levers.all:          # a subset of levers searches from S-1F1B too
+        cands.append(st.levers.ref)
     ilp_info: dict = {}
     if st.cfg.ilp:
         try:
-            ilp_cands, ilp_info = _ilp_starts(st.problem, solver_cfg, st.budgets.ilp_s)
+            # the node limit ends the solve; the time limit is only the tuner's safety cap, so
+            # that a loaded machine does not stop CBC at another incumbent
+            scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
+                           time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
+            ilp_cands, ilp_info = _ilp_starts(st.problem, scfg)
             cands = ilp_cands + cands
+            if ilp_info.get("time_capped") or ilp_info.get("v", {}).get("time_capped"):
+                st.capped.append("ilp")
         except (OctoPipeError, ImportError) as e:
             ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
     return cands, ilp_info
 
 
 def run_search(st: TuneState, seed: int, progress: bool) -> SearchOutcome:
-    """Search: iterated local search from the starting points within `st.search_budget_s`."""
-    scfg = replace(SearchConfig.of(st.cfg), time_budget_s=st.search_budget_s)
-    with _progress(progress, st.search_budget_s) as update:
-        return search(st.problem, st.starts, scfg, seed, on_progress=update,
-                      pool_size=max(st.budgets.finalists * 3, 8))
+    """Search: iterated local search from the starting points within `Budgets.evaluations`
+    (and what the safety cap leaves)."""
+    scfg = replace(SearchConfig.of(st.cfg), time_budget_s=st.budgets.left_s(st.elapsed()))
+    with _progress(progress, st.budgets.evaluations) as update:
+        out = search(st.problem, st.starts, scfg, seed, on_progress=update,
+                     pool_size=max(st.budgets.finalists * 3, 8), levers=st.levers)
+    if out.stop_reason == "time_cap":
+        st.capped.append("search")
+    return out
 
 
-def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
-    """Finalists: the search pool's best distinct tables (up to `Budgets.finalists`, until the
-    total budget), the baselines as plans, ranked; then row moves on the best one
-    (`Budgets.polish_left_s`). Returns them ranked and the search history."""
+def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated], list[dict]]:
+    """Finalists: the search pool's best distinct tables (up to `Budgets.finalists`), the
+    baselines that keep the levers that are off, and the caller's `plans`, ranked; then row moves
+    on the best one (`Budgets.polish_sims`, when the schedule is a lever). Returns them ranked
+    and the search history."""
     b, problem = st.budgets, st.problem
     finals: list[Evaluated] = []
     seen_tables = set()
     for est, cand in st.outcome.pool:
-        if len(finals) >= b.finalists or (finals and st.elapsed() > b.total_s):
+        if len(finals) >= b.finalists:
+            break
+        if finals and st.elapsed() > b.cap_s:
+            st.capped.append("finalists")
             break
         plan = to_plan(problem, cand, model=st.model, shards=st.counts,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
@@ -218,15 +256,25 @@ def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
         seen_tables.add(key)
         finals.append(evaluate(problem, "OctoPipe", "octopipe", plan))
     for base in st.baselines:      # never worse than a starting point: baselines compete as plans too
-        if base.feasible:
+        if base.feasible and st.levers.conforms(as_candidate(base)):
             plan = replace(base.plan, meta={**base.plan.meta, "origin": f"baseline {base.name} (not improved)"})
             finals.append(Evaluated("OctoPipe", "octopipe", plan, base.sim, True))
+    for k, plan in enumerate(plans):
+        if plan.shards and {int(a): int(n) for a, n in plan.shards.items()} != st.counts:
+            continue               # pieces this run does not price: it cannot rank the plan
+        plan = replace(plan, meta={**plan.meta, "origin": plan.meta.get("origin", f"caller's plan {k}")})
+        finals.append(evaluate(st.problem_of(plan), "OctoPipe", "octopipe", plan))
     finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
     history = list(st.outcome.history)
-    if finals and finals[0].feasible and b.polish_s > 0 and not finals[0].plan.table.is_lowered:
+    if (finals and finals[0].feasible and b.polish_sims > 0 and st.levers.has("schedule")
+            and not finals[0].plan.table.is_lowered):
         top = finals[0]
-        plan, sim, moves = advance_into_bubbles(st.problem_of(top.plan), top.plan, top.sim,
-                                                b.polish_left_s(st.elapsed()))
+        n_actions = sum(1 for _ in top.plan.table)
+        sims = min(b.polish_sims, max(1, st.cfg.polish_work // max(1, n_actions)))
+        plan, sim, moves, st.polish_stop = advance_into_bubbles(
+            st.problem_of(top.plan), top.plan, top.sim, sims, b.left_s(st.elapsed()))
+        if st.polish_stop == "time_cap":
+            st.capped.append("polish")
         if moves:
             plan = replace(plan, meta={**plan.meta, "row_moves": moves})
             finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
@@ -234,6 +282,28 @@ def finalists(st: TuneState) -> tuple[list[Evaluated], list[dict]]:
                             "makespan_s": float(sim.makespan), "move": f"row reorder x{len(moves)}",
                             "candidate": moves[-1]})
     return finals, history
+
+
+def w_ilp(st: TuneState, solver_cfg: SolverConfig) -> None:
+    """Finalists (polish): the W-placement ILP on the best table when it splits backward and has
+    at most `tuner.w_ilp_max_actions` actions (`Budgets.ilp_nodes` nodes, within the cap)."""
+    if not st.finals or not st.finals[0].feasible or not st.levers.has("schedule"):
+        return
+    top = st.finals[0]
+    n = sum(1 for _ in top.plan.table)
+    if n > st.cfg.w_ilp_max_actions or not top.plan.table.splits_backward:
+        return
+    scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
+                   time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
+    plan, sim, what = place_ws_exactly(st.problem_of(top.plan), top.plan, top.sim, scfg)
+    st.ilp["w_placement"] = what
+    if what == "time_cap":
+        st.capped.append("w_placement")
+    if plan is not top.plan:
+        plan = replace(plan, meta={**plan.meta, "w_placement": what})
+        st.finals.insert(0, Evaluated("OctoPipe", "octopipe", plan, sim, True))
+        st.history.append({"t_s": st.elapsed(), "iteration": st.outcome.iterations,
+                           "makespan_s": float(sim.makespan), "move": what, "candidate": ""})
 
 
 def checks(st: TuneState) -> Evaluated:
@@ -255,9 +325,12 @@ def result(st: TuneState) -> TuneResult:
     """The chosen plan with its figures, bounds and the record of every stage."""
     chosen, outcome = st.chosen, st.outcome
     tokens = st.problem.n_microbatches * float(st.whole.costs.tokens_per_microbatch)
-    stats = {"evaluations": outcome.evaluations, "iterations": outcome.iterations,
-             "stop_reason": outcome.stop_reason, "estimate_s": outcome.best_makespan,
-             "search_budget_s": st.search_budget_s}
+    stats = {"stopped_by": "time_cap" if st.capped else outcome.stop_reason,
+             "evaluations": outcome.evaluations, "max_evaluations": st.budgets.evaluations,
+             "work_actions": outcome.work,
+             "iterations": outcome.iterations, "search_stopped_by": outcome.stop_reason,
+             "polish_stopped_by": st.polish_stop or "not run", "capped_stages": list(st.capped),
+             "time_cap_s": st.budgets.cap_s, "estimate_s": outcome.best_makespan}
     on = st.problem_of(chosen.plan)
     return TuneResult(chosen.plan, chosen.sim, chosen, st.history, st.baselines, st.elapsed(),
                       lower_bound(st.whole.layer_work(), st.whole.n_microbatches), tokens,
@@ -268,22 +341,73 @@ def result(st: TuneState) -> TuneResult:
 # Helpers of the stages
 
 
-def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -> tuple[list[Candidate], dict]:
-    """ILP partitions (solvers) as starting candidates: the joint partition + placement ILP with
-    one stage per device (the partition ILP on the loop placement for large instances), and the
-    partition ILP on the V placement with two stages per device."""
-    scfg = replace(solver_cfg, time_limit_s=max(1.0, min(solver_cfg.time_limit_s, time_limit)))
+BUDGET_SCHEDULES = (("zbh1", 1), ("zbh2", 1), ("zbv", 2))
+
+
+def budget_plans(problem: Problem, model: str) -> list[Plan]:
+    """Under a memory budget, the zero-bubble hand-made schedules (ZB-H1 at 1F1B's memory, ZB-H2
+    at about twice it, ZB-V) on uniform and balanced stages rank with the finalists; those over
+    the budget drop out there."""
+    D, M, L = problem.n_devices, problem.n_microbatches, problem.n_layers
+    work = problem.layer_work().mean(axis=1)
+    out = []
+    for name, v in BUDGET_SCHEDULES:
+        if D * v > L:
+            continue
+        table = build_schedule(name, D, M, chunks=v)
+        for part in dict.fromkeys((Partition.uniform(L, D * v), Partition.balanced(work, D * v))):
+            out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
+                            meta={"origin": f"{name} under the memory budget"}))
+    return out
+
+
+def s1f1b_activation(problem: Problem) -> float:
+    """The most activation bytes any device holds under S-1F1B (uniform stages, one per device):
+    stage s keeps min(D - s, M) micro-batches of its activations."""
+    D, M = problem.n_devices, problem.n_microbatches
+    st = StageCosts.bind(problem.costs, Partition.uniform(problem.n_layers, D), tuple(range(D)),
+                         problem.kind_col)
+    return float(max(min(D - s, M) * st.act_bytes[s] for s in range(D)))
+
+
+def activation_budget(problem: Problem, multiple: float) -> np.ndarray:
+    """tuner.memory_budget in bytes per device; InfeasibleError when even the heaviest layer's
+    activations for one micro-batch exceed it (no partition or schedule can then fit)."""
+    ref = s1f1b_activation(problem)
+    budget = multiple * ref
+    act = problem.costs.act_bytes
+    j = int(np.argmax(act))
+    if act[j] > budget * (1 + 1e-9):
+        raise InfeasibleError(
+            f"tuner.memory_budget={multiple:g}: {fmt_bytes(budget)} of activations per device "
+            f"({multiple:g} x S-1F1B's {fmt_bytes(ref)}), but layer {j} "
+            f"({problem.costs.layer_names[j]}) alone holds {fmt_bytes(act[j])} for one "
+            f"micro-batch: short by {fmt_bytes(act[j] - budget)}; raise the budget")
+    return np.full(problem.n_devices, budget)
+
+
+def _ilp_starts(problem: Problem, scfg: SolverConfig) -> tuple[list[Candidate], dict]:
+    """ILP partitions (solvers, with `scfg`'s node limit and time cap) as starting candidates:
+    the joint partition + placement ILP with one stage per device (the partition ILP on the loop
+    placement beyond JOINT_ILP_MAX_CELLS layer-device pairs), and the partition ILP on the V
+    placement with two stages per device."""
     D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
     # the joint ILP with several stages per device takes tens of seconds on this class of
-    # machine, more than the whole tuning budget; beyond JOINT_ILP_MAX_CELLS layer-device pairs
-    # even one stage per device does (building the model alone overran its limit: 82 layers x 32
-    # devices took 29 s), so large instances fix the loop placement and solve the partition ILP
+    # machine, more than the whole tuning budget, so it runs with one stage per device only
     runs = [("loop", 1, "zbh1", None if L * D <= JOINT_ILP_MAX_CELLS else tuple(range(D))),
             ("V", 2, "zbv", v_placement(D, 2))]
     cands: list[Candidate] = []
     info: dict = {}
     for label, chunks, sched, placement in runs:
         if D * chunks > L:
+            continue
+        if L * D * chunks > PARTITION_ILP_MAX_CELLS:
+            run = {"status": "skipped", "schedule": sched,
+                   "reason": f"{L} layers x {D * chunks} stages > {PARTITION_ILP_MAX_CELLS} cells"}
+            if label == "loop":
+                info = run
+            else:
+                info["v"] = run
             continue
         t0 = time.perf_counter()
         try:
@@ -299,7 +423,7 @@ def _ilp_starts(problem: Problem, solver_cfg: SolverConfig, time_limit: float) -
             run = {"method": res.method, "status": res.status, "objective_s": res.objective,
                    "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
                    "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition),
-                   "schedule": sched}
+                   "schedule": sched, "time_capped": res.time_capped, "max_nodes": scfg.max_nodes}
             if res.partition:
                 part = Partition.of(res.partition)
                 cands += [Candidate(part, tuple(res.placement), split_backward, infl, origin=f"ILP {label}")
@@ -316,7 +440,7 @@ def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Probl
     if not counts:
         return whole
     return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
-                         whole.n_microbatches, whole.semantics)
+                         whole.n_microbatches, whole.semantics, whole.act_budget)
 
 
 def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
@@ -343,20 +467,20 @@ def _on_shards(cand: Candidate, counts: dict) -> Candidate:
     return replace(cand, partition=Partition(map_sizes(cand.sizes, counts))) if counts else cand
 
 
-def _progress(show: bool, budget: float):
+def _progress(show: bool, budget: int):
     """A context giving the search's progress callback: a rich bar when `show`, else None."""
     if not show:
         return nullcontext(None)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # only for a terminal bar
 
     @contextmanager
-    def bar() -> Iterator[Callable[[float, float, int], None]]:
+    def bar() -> Iterator[Callable[[int, float, int], None]]:
         with Progress(TextColumn("[bold]tuning[/]"), BarColumn(), TextColumn("{task.description}"),
                       TimeElapsedColumn(), transient=True) as prog:
             task = prog.add_task("", total=budget)
 
-            def update(elapsed: float, best: float, it: int) -> None:
-                prog.update(task, completed=min(elapsed, budget),
+            def update(evaluations: int, best: float, it: int) -> None:
+                prog.update(task, completed=min(evaluations, budget),
                             description=f"best {best * 1e3:.1f} ms · iter {it}")
             yield update
     return bar()

@@ -71,5 +71,5 @@ def test_defaults_compose_to_the_schema_defaults():
         cfg = load(compose("config"))
     assert isinstance(cfg, Config)
     assert (cfg.mode, cfg.pp, cfg.chunks, cfg.microbatches, cfg.seed) == ("plan", 8, None, 16, 0)
-    assert cfg.sim == SimConfig() and cfg.tuner.time_budget_s == 30.0 and cfg.solver.name == "cbc"
+    assert cfg.sim == SimConfig() and cfg.tuner.time_budget_s == 300.0 and cfg.solver.name == "cbc"
     assert cfg.model.name == "nemotron_h_8b" and cfg.cluster.name == "h100_1x8"

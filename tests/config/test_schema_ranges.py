@@ -35,7 +35,8 @@ COST_PRESET = {"analytic": [], "file": ["cost=file", "cost.preset=gpt_13b"], "pr
 EXPERIMENT_PRESET = {"octopipe_authors": ["experiment=octopipe_authors"], "tabular": ["experiment=tabular"],
                      "suite": ["experiment=suite"], "suite_large": ["experiment=suite_large"],
                      "layouts": ["experiment=layouts"],
-                     "pipedream": ["experiment=pipedream"]}
+                     "pipedream": ["experiment=pipedream"],
+                     "ablation": ["experiment=ablation"]}
 
 
 def _numeric(tp: Any) -> tuple[type, bool] | None:

@@ -235,3 +235,35 @@ def test_describe_states_the_assumed_split():
     assert "I = 0.3·B, W = 0.7·B" in text and "type-averaged" in text and "0.1 ms" in text
     iw = Profile(name="iw", f_ms=F, i_ms=B / 2, w_ms=B / 2)
     assert "measured I and W" in describe(iw, ProfileOptions())
+
+
+def test_w_act_bytes_column_reaches_the_simulators_memory_model(tmp_path):
+    """F stores act_bytes, I frees all but w_act_bytes, W frees those (zero-bubble's model)."""
+    from octopipe.plan import Partition, Plan
+    from octopipe.schedule.table import ScheduleTable
+    from octopipe.sim.simulator import simulate
+
+    text = ("label,f_ms,i_ms,w_ms,act_bytes,w_act_bytes\n"
+            "-,1.0,1.0,1.0,100,40\n-,1.0,1.0,1.0,100,40\n")
+    prof = parse_csv(text)
+    np.testing.assert_array_equal(prof.w_act_bytes, [40, 40])
+    back = tmp_path / "p.csv"
+    write_profile(prof, back)
+    np.testing.assert_array_equal(read_profile(back).w_act_bytes, [40, 40])
+    table = profile_cost_table(prof, ProfileOptions("raw"))
+    assert table.w_act_bytes == pytest.approx([40, 40])
+    free = Link("free", float("inf"), 0.0)
+    cl = Cluster("c", (DeviceKind("dev", 1e15, 1e18, 3e12),), (0,), (0,), free, free)
+    rows = [["0F0", "0F1", "0I0", "0I1", "0W0", "0W1"]]
+    sim = simulate(Plan(Partition((2,)), ScheduleTable.from_strings(rows, (0,), 2)), table, cl)
+    times, held = sim.memory_trace(0)
+    assert held.max() == pytest.approx(400)              # two micro-batches of two layers
+    assert sorted(set(np.round(held, 6)))[:3] == pytest.approx([0, 80, 160])   # only W inputs left
+
+
+@pytest.mark.parametrize("text,match", [
+    ("label,f_ms,b_ms,w_act_bytes\n-,1,2,5\n", "needs an act_bytes column"),
+    ("label,f_ms,b_ms,act_bytes,w_act_bytes\n-,1,2,5,6\n", "exceeds act_bytes")])
+def test_bad_w_act_bytes_are_one_line_errors(text, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_csv(text)

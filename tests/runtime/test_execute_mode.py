@@ -171,7 +171,7 @@ def test_mode_execute_lets_the_tuner_shard_layers_it_then_measures_piece_by_piec
     with cost=profiled; the plan's meta names them and its partition covers the split model."""
     model = model_preset("tiny_hybrid")
     x = inputs("pp=2", "microbatches=2", "seed=0", "schedule=octopipe", "tuner.time_budget_s=3",
-               "tuner.ilp=false", "tuner.polish_s=0", "tuner.shard_share=0.05", "tuner.shard_layers=force",
+               "tuner.ilp=false", "tuner.polish_sims=0", "tuner.shard_share=0.05", "tuner.shard_layers=force",
                "cost=profiled", "cost.device=cpu", "cost.repeats=1", "cost.warmup=0",
                f"cost.cache_dir={tmp_path / 'cache'}")
     costs, cluster = _costs(x, model)

@@ -19,7 +19,7 @@ def test_advance_forward_into_warmup_bubble():
                                      (0, 1), 2)
     plan = Plan(((0, 1), (1, 2)), bad)
     sim = simulate_plan(pb, plan)
-    new_plan, new_sim, moves = advance_into_bubbles(pb, plan, sim, time_budget_s=10.0)
+    new_plan, new_sim, moves, _ = advance_into_bubbles(pb, plan, sim, max_sims=48)
     assert moves and new_sim.makespan < sim.makespan
     # the 1F1B order for 2 devices, 2 micro-batches: (m + p - 1)(F + B) = 3 * 3
     assert new_sim.makespan == pytest.approx(9.0)
@@ -33,5 +33,5 @@ def test_no_move_on_a_tight_table():
                                       (0, 1), 2)
     plan = Plan(((0, 1), (1, 2)), good)
     sim = simulate_plan(pb, plan)
-    new_plan, new_sim, moves = advance_into_bubbles(pb, plan, sim, time_budget_s=10.0)
+    new_plan, new_sim, moves, _ = advance_into_bubbles(pb, plan, sim, max_sims=48)
     assert not moves and new_plan is plan and new_sim.makespan == sim.makespan

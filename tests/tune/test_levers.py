@@ -1,0 +1,57 @@
+"""tuner.levers: every subset runs, a lever left out keeps S-1F1B's value, caller plans make the
+full search never worse than a subset, and a bad lever set is one line, exit 2."""
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from octopipe.config.tuner import LEVERS, TunerConfig
+from octopipe.errors import ConfigError
+from octopipe.plan import Partition
+from octopipe.tune import TuneOptions, tune
+from octopipe.tune.sharding import row_sharder
+
+from .helpers import free_cluster
+from .test_tuner import hetero_costs
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = {"max_iters": 12, "patience": 4, "ilp": False, "max_evaluations": 150, "finalists": 2}
+
+
+def test_every_subset_runs_and_frozen_levers_stay_at_s1f1b():
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    sharder = row_sharder(costs, [True] * costs.n_layers)
+    results = {}
+    for r in range(1, len(LEVERS) + 1):
+        for sub in itertools.combinations(LEVERS, r):
+            res = tune(costs, cl, 4, 8, TuneOptions({**CFG, "levers": list(sub)}, sharder=sharder))
+            plan = res.plan
+            if "split_layers" not in sub:
+                assert not plan.shards, sub
+            if not plan.shards:
+                if "partition" not in sub:
+                    assert plan.partition == Partition.uniform(costs.n_layers, 4), sub
+                if "placement" not in sub:
+                    assert tuple(plan.placement) == (0, 1, 2, 3), sub
+            if "schedule" not in sub:
+                assert not plan.table.splits_backward and "row_moves" not in plan.meta, sub
+            results[sub] = res
+    subset_plans = [r.plan for s, r in results.items() if s != tuple(LEVERS)]
+    full = tune(costs, cl, 4, 8, TuneOptions(CFG, sharder=sharder, plans=subset_plans))
+    assert full.makespan_s <= min(r.makespan_s for r in results.values()) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("levers", [(), ("partition", "gears")])
+def test_bad_lever_sets_are_config_errors(levers):
+    with pytest.raises(ConfigError, match="tuner.levers"):
+        TunerConfig(levers=levers)
+
+
+def test_cli_unknown_lever_is_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "model=tiny_hybrid", "pp=2",
+                           "tuner.levers=[partition,gears]"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "tuner.levers" in proc.stderr
