@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.control import Control, Failure
+from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.transport import choose_transport
@@ -147,7 +148,8 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
                    table.n_devices, init_method, config.backend, config.dispatch, config.compute,
                    job.total_iterations, job.seed, config.lr,
                    dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
-                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device)
+                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
+                   arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}))
 
 
 def _check(job: Job) -> ScheduleTable:
@@ -161,6 +163,7 @@ def _check(job: Job) -> ScheduleTable:
     if config.compute == "real" and job.model is None:
         raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec")
     compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
+    check_arbitration(job, compute_table, choose_transport(config.backend, config.transport, config.device)[0])
     world = table.n_devices
     if config.backend == "nccl" and torch.cuda.device_count() < world:
         raise ScheduleError(f"backend=nccl needs a GPU per rank: the table has {world} ranks and this machine "

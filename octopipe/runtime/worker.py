@@ -1,7 +1,8 @@
 """One pipeline rank: builds its stages, runs its row of the table, reports what happened.
 
-Dispatch `strict` runs the row in order; `ready_first` treats the row as a ranking and runs
-the first action whose inputs are present. Stages on the same rank hand tensors over in memory.
+Dispatch `strict` runs the row in order; `ready_first` runs the best-ranked ready action that
+no buffer cap holds back, ranked by the hint (`table`, `bf`, `bfw`) and capped as
+`octopipe.sim.hints` defines for the simulator too. Stages on the same rank hand tensors over in memory.
 Messages to other ranks go through the `tagged` or `ordered` transport (transport.py); the
 ordered one posts each pair's messages in the order `pair_orders` gives.
 """
@@ -15,6 +16,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import torch
 import torch.distributed as dist
 
@@ -22,10 +25,13 @@ from octopipe.layers import carry_shape
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
+from octopipe.runtime.dispatch import Arbitration
+from octopipe.runtime.jitter import DelayedSender, Jittered
 from octopipe.runtime.job import Fault
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim.hints import KIND_CODE, admission_order, admits, row_priority
 
 
 class Aborted(Exception):
@@ -56,6 +62,7 @@ class RankJob:
     cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
     transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
     device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
+    arbitration: Arbitration = field(default_factory=Arbitration)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -153,6 +160,17 @@ class Rank:
         else:
             self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
                                        job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
+        arb = job.arbitration
+        if arb.variability is not None:
+            self.compute = Jittered(self.compute, arb.variability, rank, job.seed,
+                                    (job.table.n_stages, job.table.n_microbatches), self.device)
+        self.prio = row_priority(self.row, arb.hint)
+        self.rowpos = {a: k for k, a in enumerate(self.row)}
+        self.ranked = sorted(self.row, key=self.prio.__getitem__)
+        self.gated = arb.max_inflight is not None or arb.memory_cap is not None
+        self.admission = admission_order(self.row)
+        self.delayed = DelayedSender() if arb.variability is not None and arb.variability.transfer_delay > 0 \
+            else None
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)
@@ -177,23 +195,57 @@ class Rank:
         key = self._input_key(a)
         return key is None or key in local or self.transport.expects(key)
 
+    def _allowed(self, a: Action) -> bool:
+        """Whether no buffer cap holds `a` back (`octopipe.sim.hints.admits`)."""
+        if not self.gated or a.kind is not ActionKind.F or a.microbatch in self._started:
+            return True
+        arb = self.job.arbitration
+        nxt = self.admission[self._adm_next] if self._adm_next < len(self.admission) else -1
+        alloc = arb.memory.get((a.stage, 0), (0.0, 0.0))[0]
+        return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
+
     def _next(self, pending: list[Action], done: set[Action], local) -> Action:
-        """Block until an action may run: the row's next (strict) or the first ready (ready_first)."""
+        """Block until an action may run: the row's next (strict) or the best-ranked ready one no
+        cap holds back (ready_first; `pending` is in hint order). Records each decision's cost."""
         inbox = self.transport.inbox
         with inbox.cv:
             while True:
                 if inbox.error is not None:
                     raise inbox.error
+                if self.delayed is not None and self.delayed.error is not None:
+                    raise self.delayed.error
                 if self.control.aborted():
                     raise Aborted()
+                t0 = time.perf_counter()
                 if self.job.dispatch == "strict":
                     if self._ready(pending[0], done, local):
                         return pending[0]
                 else:
                     for a in pending:
-                        if self._ready(a, done, local):
+                        if self._ready(a, done, local) and self._allowed(a):
+                            self._decisions.append(time.perf_counter() - t0)
                             return a
                 inbox.cv.wait(timeout=0.05)
+
+    def _account(self, a: Action, started: bool) -> None:
+        """Live micro-batches and modelled activation bytes after `a` starts or ends."""
+        if not self.gated:
+            return
+        alloc, free = self.job.arbitration.memory.get((a.stage, KIND_CODE[a.kind]), (0.0, 0.0))
+        m = a.microbatch
+        if started:
+            self._mem += alloc
+            if a.kind is ActionKind.F:
+                if m not in self._started:
+                    self._started.add(m)
+                    self._adm_next += 1
+                self._live[m] = self._live.get(m, 0) + 1
+            return
+        self._mem -= free
+        if a.kind in (ActionKind.I, ActionKind.B):
+            self._live[m] -= 1
+            if self._live[m] == 0:
+                del self._live[m]
 
     # one action ------------------------------------------------------------------------
     def _input(self, a: Action, local: dict[Key, torch.Tensor]) -> torch.Tensor | None:
@@ -220,8 +272,15 @@ class Rank:
     def _deliver(self, key: Key, tensor: torch.Tensor, dst: int, it: int) -> None:
         if dst == self.rank:
             self._local[key] = tensor
-        else:
+        elif self.delayed is None:
             self.transport.send(key, tensor, dst, it)
+        else:
+            arb = self.job.arbitration
+            producer = key.stage - 1 if key.direction == FWD else key.stage + 1
+            wait = float(arb.variability.send_delay(self.compute.draws, producer, key.microbatch,
+                                                    0 if key.direction == FWD else 1, arb.delay_base_s))
+            transport = self.transport
+            self.delayed.later(time.perf_counter() + wait, lambda: transport.send(key, tensor, dst, it))
 
     def _inject(self, a: Action, it: int) -> None:
         f = self.job.fault
@@ -249,25 +308,34 @@ class Rank:
         self.compute.start_iteration(it)
         self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
         self._local: dict[Key, torch.Tensor] = {}
+        self._started: set[int] = set()
+        self._live: dict[int, int] = {}
+        self._adm_next, self._mem = 0, 0.0
+        self._decisions: list[float] = []
         dist.barrier()
         begin = time.perf_counter()
-        pending, done = list(self.row), set()
+        pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
         for n in range(len(self.row)):
-            self.control.report(self.rank, it, n, self.row.index(pending[0]), waiting=True)
+            self.control.report(self.rank, it, n, min(map(self.rowpos.__getitem__, pending)), waiting=True)
             a = self._next(pending, done, self._local)
             x = self._input(a, self._local)
             self.control.report(self.rank, it, n, self.row.index(a), waiting=False)
             self._inject(a, it)
             t0 = time.perf_counter()
+            self._account(a, True)
             self._run(a, x, it)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.events.append({"it": it, "action": str(a), "start": t0, "end": time.perf_counter()})
+            self._account(a, False)
             pending.remove(a)
             done.add(a)
+        if self.delayed is not None:
+            self.delayed.drain()
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
-        self.events.append({"it": it, "begin": begin, "finish": time.perf_counter()})
+        self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
+                            "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})
