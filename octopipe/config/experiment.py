@@ -128,8 +128,8 @@ class RrfpExperiment(ExperimentConfig):
     monte_carlo: int = setting(20, "simulated seeds per point", ge=1)
     inflight_per_rank: bool = setting(True, "ready-first admits at most `ranks` micro-batches per "
                                             "rank (1F1B's own bound on rank 0)")
-    quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, 4 emulated ranks, 4 "
-                                 "micro-batches, one iteration, 3 seeds, real compute at CV 0.5 only")
+    quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "
+                                 "emulated ranks, 4 micro-batches, one iteration, 3 seeds")
 
 
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {

@@ -83,8 +83,9 @@ class Setup:
 
 def quick(ex: RrfpExperiment) -> RrfpExperiment:
     """The small grid of `experiment.quick`."""
-    return replace(ex, jitter_cvs=(0.0, 0.5), straggler_prob=0.0, hints=("bf", "bfw"), emulated_ranks=4,
-                   emulated_microbatches=4, real_microbatches=4, iterations=1, warmup=0, monte_carlo=3)
+    return replace(ex, jitter_cvs=(0.0, 0.5), straggler_prob=0.0, hints=("bfw",),
+                   emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
+                   iterations=1, warmup=0, monte_carlo=3)
 
 
 def levels(ex: RrfpExperiment) -> list[Level]:

@@ -7,7 +7,7 @@ could deadlock or cannot be honoured, naming the field.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,6 +32,12 @@ class Arbitration:
     memory: dict = field(default_factory=dict)       # (stage, kind code) -> (alloc, free) bytes
     variability: Variability | None = None
     delay_base_s: float = 0.0                        # seconds of one mean stage F (send delays)
+
+
+def plain(config: RuntimeConfig) -> RuntimeConfig:
+    """`config` without hint, caps or variability (what calibration and reference runs use)."""
+    return replace(config, hint="table", max_inflight=None, memory_cap=None, jitter_cv=0.0,
+                   straggler_prob=0.0, slow_rank=-1, transfer_delay=0.0, seq_len_cv=0.0, images_max=0)
 
 
 def variability_of(config: RuntimeConfig, job: Job) -> Variability:

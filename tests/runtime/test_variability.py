@@ -1,21 +1,29 @@
 """Runtime variability, hints and buffer caps against the simulator (gloo, few small runs)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
 
 from octopipe.cluster import Link
+from octopipe.config import load, register
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ScheduleError
+from octopipe.experiments import rrfp
+from octopipe.io import CONF_DIR
 from octopipe.measure.machine import local_cluster
+from octopipe.modes.execute import measure
+from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import max_rel_err, reference_run
-from octopipe.schedule.library import build_schedule
+from octopipe.schedule.library import SCHEDULE_PRESETS, build_schedule
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import bind
 from octopipe.sim.simulator import ReadyFirst, Simulator
@@ -90,6 +98,19 @@ def test_a_cap_that_could_deadlock_is_refused_before_any_rank_starts():
         execute(emulated_job(build_schedule("1f1b", 2, 2), slow_rank=5))
 
 
+def test_mode_execute_reports_measured_against_simulated_under_variability():
+    job = emulated_job(build_schedule("zbh1", 2, 4), dispatch="ready_first", hint="bfw", max_inflight=2,
+                       jitter_cv=0.3, iterations=2, warmup=1)
+    model = tiny.dense(1)
+    costs = CostTable.uniform(model.n_layers, f=1.0, i=1.0, w=1.0, out_bytes=1e4, kinds=("local-cpu",))
+    job = replace(job, model=model, costs=costs,
+                  plan=Plan(uniform_partition(model.n_layers, 2), job.plan.table))
+    res = measure(job, [job.plan], lambda m: job.costs)
+    arb = res.summary["arbitration"]
+    assert arb["hint"] == "bfw" and arb["jitter_cv"] == 0.3
+    assert arb["simulated_iteration_s"] > 0 and arb["error"] < 0.25, arb
+
+
 def test_jittered_real_compute_does_extra_work_and_keeps_the_gradients():
     model = tiny.vlm()
     table = build_schedule("zbh1", 2, 4)
@@ -99,3 +120,27 @@ def test_jittered_real_compute_does_extra_work_and_keeps_the_gradients():
     got = execute(job)
     ref = reference_run(model, table.n_microbatches)
     assert max_rel_err(got.grads, ref.grads) <= 1e-5
+
+
+def test_experiment_rrfp_quick_reports_every_summary_key(tmp_path):
+    """The quick grid on 2 emulated ranks: the summary keys the issue lists, a point per
+    (workload, CV, hint), the simulated speedup beside the measured one, the report and figure."""
+    register(SCHEDULE_PRESETS)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = load(compose("config", overrides=["experiment=rrfp", "experiment.quick=true",
+                                                "experiment.emulated_ranks=2", "experiment.real_ranks=0"]))
+    res = rrfp.run(Inputs(cfg))
+    s = res.summary
+    assert {"points", "max_sim_vs_measured_speedup_error", "tp_max_rel_err", "agreement_cost_us",
+            "dispatch_cost_us"} <= set(s)
+    assert {(p["workload"], p["jitter_cv"], p["hint"]) for p in s["points"]} == \
+        {(w, c, "bfw") for w in ("language", "multimodal") for c in (0.0, 0.5)}
+    for p in s["points"]:
+        assert {"workload", "compute", "tp", "jitter_cv", "straggler", "hint", "measured_speedup",
+                "measured_spread", "simulated_speedup"} <= set(p)
+        assert p["measured_speedup"] > 0 and p["simulated_speedup"] > 0
+    assert s["dispatch_cost_us"] > 0 and s["max_sim_vs_measured_speedup_error"] >= 0
+    for art in res.artifacts:
+        art.write(tmp_path / art.name)
+    assert "pattern" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "speedup_vs_cv.png").stat().st_size > 1000
