@@ -126,8 +126,16 @@ class RrfpExperiment(ExperimentConfig):
     iterations: int = setting(3, "measured iterations per run (paired across policies)", ge=1)
     warmup: int = setting(1, "iterations before them", ge=0)
     monte_carlo: int = setting(20, "simulated seeds per point", ge=1)
-    inflight_per_rank: bool = setting(True, "ready-first admits at most `ranks` micro-batches per "
-                                            "rank (1F1B's own bound on rank 0)")
+    max_inflight: int | None = setting(
+        None, "ready-first runs: cap on micro-batches live per rank (null: none, RRFP's "
+              "message-driven buffers; the simulator also reports each rank capped at its own "
+              "row's need)", ge=1)
+    real_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "real compute: jitter levels (no "
+                                                             "straggler case)", ge=0, le=3)
+    real_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bf", "bfw"),
+                                                                    "real compute: hints")
+    tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "
+                                   "layer, and the cost of one agreement (2 gloo ranks)")
     quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "
                                  "emulated ranks, 4 micro-batches, one iteration, 3 seeds")
 

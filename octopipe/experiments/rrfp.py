@@ -3,8 +3,9 @@
 RRFP (published-systems.md §3) treats a schedule as a non-binding hint: under jitter, dispatch
 the best-ranked ready task. Here the fixed-order baseline is strict 1F1B; the ready-first
 variants run 1F1B's row under the `table` and `bf` hints and ZB-H1's row (backward split, W
-deferrable) under `bfw`, each admitting at most `ranks` micro-batches per rank (1F1B's own
-bound on rank 0). Variability is `octopipe.sim.variability.Variability`: per-action lognormal
+deferrable) under `bfw`, with no cap on the micro-batches in flight (`experiment.max_inflight`;
+the simulator also times each ready-first variant capped at every rank's own row need, the
+schedule's own memory). Variability is `octopipe.sim.variability.Variability`: per-action lognormal
 jitter at each CV (plus a straggler case) and, for the multimodal workload, micro-batches with
 1..images_max images per sample and variable text lengths at every point.
 
@@ -14,7 +15,9 @@ Per point (workload, compute, CV, straggler, hint):
   draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration, mean and
   standard deviation (`measured_speedup`, `measured_spread`);
 - simulated: the simulator on the same draws (`simulated_speedup`, the prediction of the
-  measured run) and over `monte_carlo` further seeds (`simulated_mc_speedup`, `_spread`).
+  measured run) and over `monte_carlo` further seeds (`simulated_mc_speedup`, `_spread`), and
+  with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
+  simulated peak activation memory over strict's (`memory_ratio`).
 
 Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
 simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
@@ -46,9 +49,10 @@ from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
+from octopipe.runtime.tensor_parallel import agreement_cost_s, tp_exactness
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.durations import Durations, bind
-from octopipe.sim.hints import KIND_CODE
+from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.schedule.action import Action
 
@@ -83,21 +87,26 @@ class Setup:
 
 def quick(ex: RrfpExperiment) -> RrfpExperiment:
     """The small grid of `experiment.quick`."""
-    return replace(ex, jitter_cvs=(0.0, 0.5), straggler_prob=0.0, hints=("bfw",),
+    return replace(ex, jitter_cvs=(0.0, 0.5), real_jitter_cvs=(0.5,), straggler_prob=0.0, hints=("bfw",),
+                   real_hints=("bfw",),
                    emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
                    iterations=1, warmup=0, monte_carlo=3)
 
 
-def levels(ex: RrfpExperiment) -> list[Level]:
-    out = [Level(float(c), False) for c in ex.jitter_cvs]
-    if ex.straggler_prob > 0:
+def levels(ex: RrfpExperiment, compute: str = "emulated") -> list[Level]:
+    out = [Level(float(c), False) for c in (ex.jitter_cvs if compute == "emulated" else ex.real_jitter_cvs)]
+    if ex.straggler_prob > 0 and compute == "emulated":
         out.append(Level(float(ex.straggler_cv), True))
     return out
 
 
+def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
+    return build_model(preset("model", ex.language if workload == "language" else ex.multimodal))
+
+
 def setup(ex: RrfpExperiment, workload: str, compute: str) -> Setup:
     """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans."""
-    model = build_model(preset("model", ex.language if workload == "language" else ex.multimodal))
+    model = setup_model(ex, workload)
     n = ex.emulated_ranks if compute == "emulated" else ex.real_ranks
     m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
     costs = analytic_costs(AnalyticCost(), model, local_cluster(n, LINK))
@@ -107,7 +116,7 @@ def setup(ex: RrfpExperiment, workload: str, compute: str) -> Setup:
     config = RuntimeConfig(
         compute=compute, iterations=ex.iterations, warmup=ex.warmup, emulate_step_s=ex.emulate_step_s,
         max_message_bytes=16384, timeout_s=600.0, stall_s=60.0, pin="false", calibrate=False,
-        grad_check=False, max_inflight=n if ex.inflight_per_rank else None,
+        grad_check=False, max_inflight=ex.max_inflight,
         seq_len_cv=ex.multimodal_seq_len_cv if mm else ex.language_seq_len_cv,
         images_max=ex.multimodal_images_max if mm else 0)
     return Setup(workload, compute, model, costs, plans, config)
@@ -153,14 +162,21 @@ def base_durations(s: Setup, schedule: str, times: dict | None) -> tuple[Simulat
     return sim, dur.scaled(compute=comp)
 
 
-def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed) -> float:
-    """The simulated iteration of `config`'s policy on the draws of `seed`."""
+def sim_run(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False):
+    """The simulation of `config`'s policy on the draws of `seed` (`capped`: each rank at most
+    its row's own need live)."""
     sim, dur = base
     job = s.job(schedule_of(config.hint if config.dispatch == "ready_first" else None), config)
     var = variability_of(config, job)
-    policy = "strict" if config.dispatch == "strict" else ReadyFirst(config.hint, config.max_inflight)
+    rows = [sim.program.table.compact().compute_only().actions(d) for d in range(sim.program.n_devices)]
+    cap = [row_need(r) for r in rows] if capped else config.max_inflight
+    policy = "strict" if config.dispatch == "strict" else ReadyFirst(config.hint, cap)
     jd = var.apply(sim.program, dur, np.random.default_rng(seed)) if var.active else dur
-    return sim.run(jd, policy=policy).makespan
+    return sim.run(jd, policy=policy)
+
+
+def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False) -> float:
+    return sim_run(s, config, base, seed, capped).makespan
 
 
 def ratio_stats(x: list[float]) -> tuple[float, float]:
@@ -176,14 +192,14 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
         times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
     points, dispatch_us = [], []
-    for level in levels(ex):
+    for level in levels(ex, s.compute):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
         strict = execute(s.job("1f1b", strict_cfg)).iteration_s
         sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
         mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
-        for hint in ex.hints:
+        for hint in (ex.hints if s.compute == "emulated" else ex.real_hints):
             rf_cfg = policy_config(cfg, hint)
             res = execute(s.job(schedule_of(hint), rf_cfg))
             dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
@@ -191,11 +207,15 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             base = bases[schedule_of(hint)]
             same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it)) for it in measured]
             mc = [a / sim_time(s, rf_cfg, base, sd) for a, sd in zip(mc_strict, mc_seeds)]
+            capped = [a / sim_time(s, rf_cfg, base, sd, True) for a, sd in zip(mc_strict, mc_seeds)]
+            mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
+                max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
             (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
             points.append({"workload": s.workload, "compute": s.compute, "tp": 1, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
                            "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
                            "simulated_mc_speedup": mc_mean, "simulated_mc_spread": mc_sd,
+                           "simulated_capped_speedup": float(np.mean(capped)), "memory_ratio": float(mem),
                            "ranks": s.plans["1f1b"].table.n_devices,
                            "microbatches": s.plans["1f1b"].table.n_microbatches})
     return points, dispatch_us
@@ -233,6 +253,15 @@ def findings(points: list[dict]) -> list[str]:
             verdict = "exceeds" if hi["multimodal"] > hi["language"] else "does not exceed"
             out.append(f"  - the multimodal gain at CV >= 0.3 ({hi['multimodal']:.2f}) {verdict} the "
                        f"language gain ({hi['language']:.2f})")
+        hi_sim = [p["simulated_mc_speedup"] for p in sel if p["workload"] == "multimodal" and p["jitter_cv"] >= 0.3]
+        if hi_sim:
+            out.append(f"  - multimodal, CV >= 0.3: best simulated speedup {max(hi_sim):.2f} "
+                       f"({'meets' if max(hi_sim) >= 1.3 else 'misses'} the 1.3x target)")
+        capped = [p["simulated_capped_speedup"] for p in sel if p["hint"] != "bfw"]
+        if capped:
+            out.append(f"  - capped at each rank's own row need (the schedule's memory), table/bf ready-first "
+                       f"over 1F1B simulates {min(capped):.2f}-{max(capped):.2f}x; uncapped it holds up to "
+                       f"{max(p['memory_ratio'] for p in sel):.1f}x strict's peak activations")
         pairs = [(p, q) for p in sel for q in sel if p["hint"] == "bfw" and q["hint"] == "bf"
                  and (p["workload"], p["jitter_cv"], p["straggler"]) == (q["workload"], q["jitter_cv"], q["straggler"])]
         if pairs:
@@ -243,12 +272,14 @@ def findings(points: list[dict]) -> list[str]:
 
 def table_md(points: list[dict]) -> str:
     rows = ["| workload | compute | CV | straggler | hint | measured | spread | simulated (same draws) | "
-            "simulated MC (spread) |", "|---|---|---|---|---|---|---|---|---|"]
+            "simulated MC (spread) | simulated, capped at row need | peak memory vs strict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} ranks) | {p['jitter_cv']:g} | "
                     f"{'yes' if p['straggler'] else 'no'} | {p['hint']} | {p['measured_speedup']:.3f} | "
                     f"{p['measured_spread']:.3f} | {p['simulated_speedup']:.3f} | "
-                    f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) |")
+                    f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) | "
+                    f"{p['simulated_capped_speedup']:.3f} | {p['memory_ratio']:.2f}x |")
     return "\n".join(rows)
 
 
@@ -294,13 +325,19 @@ def run(inputs: Inputs) -> Result:
         got, costs = run_setup(setup(ex, w, c), ex)
         points += got
         dispatch_us += costs
+    tp_errs: dict[str, float] = {}
+    agreement_us = None
+    if ex.tp_check:
+        tp_errs = tp_exactness([setup_model(ex, w) for w in ("language", "multimodal")], 2)
+        agreement_us = 1e6 * agreement_cost_s(2)
     emulated = [p for p in points if p["compute"] == "emulated"]
     summary = {
         "points": points,
         "max_sim_vs_measured_speedup_error": max(map(speedup_error, emulated)) if emulated else None,
         "max_sim_vs_measured_speedup_error_real": max((speedup_error(p) for p in points if p["compute"] == "real"),
                                                       default=None),
-        "tp_max_rel_err": None, "agreement_cost_us": None,
+        "tp_max_rel_err": max(tp_errs.values()) if tp_errs else None, "agreement_cost_us": agreement_us,
+        "tp_layer_errors": tp_errs,
         "dispatch_cost_us": float(np.mean(dispatch_us)) if dispatch_us else None,
         "wall_s": time.perf_counter() - t0}
     lines = findings(points)
@@ -314,8 +351,10 @@ def run(inputs: Inputs) -> Result:
         f"{summary['max_sim_vs_measured_speedup_error']}; real compute: "
         f"{summary['max_sim_vs_measured_speedup_error_real']}. Dispatcher cost per decision: "
         f"{summary['dispatch_cost_us']} us.", "",
-        "Tensor parallelism (tp = 2 points, TP exactness, agreement cost) is not built in this branch: "
-        "`tp_max_rel_err` and `agreement_cost_us` are null.", "",
+        f"Tensor parallelism, tp = 2 on gloo: largest relative error of any layer's output and "
+        f"gradients against the whole layer {summary['tp_max_rel_err']} over {len(tp_errs)} layers; one "
+        f"agreement (scalar all-gather) {agreement_us} us. The pipeline does not run a pp x tp grid yet, "
+        "so there are no tp = 2 speedup points.", "",
         "## Points", "", table_md(points), "", "![speedup against CV](speedup_vs_cv.png)", ""])
     report = (f"experiment=rrfp: {len(points)} points in {summary['wall_s']:.0f} s", *lines,
               f"max sim-vs-measured speedup error (emulated): {summary['max_sim_vs_measured_speedup_error']}",

@@ -12,14 +12,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from octopipe.errors import ConfigError
-from octopipe.layers.batch import microbatch
-from octopipe.layers.build import build_layer
-from octopipe.layers.tensor_parallel import TP_KINDS, shard_grads, tp_layer
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.runtime.launch import free_port
-from octopipe.runtime.stage import max_rel_err
-from octopipe.runtime.tensor_parallel import NONE, agree, check_grid
+from octopipe.runtime.tensor_parallel import NONE, agree, check_grid, layer_errors
 from tests.runtime import tiny
 
 TP = 2
@@ -29,38 +25,6 @@ def models():
     extra = [LayerSpec(K.ATTENTION, tiny.H, heads=4, kv_heads=2, head_dim=8, qk_norm=True, bias=True),
              LayerSpec(K.MLP, tiny.H, ffn=48, activation="gelu", bias=True)]
     return [tiny.hybrid(), tiny.vlm(), tiny.model([tiny.emb(), *extra, tiny.head()], name="tiny_bias")]
-
-
-def layer_errors(t: int, group) -> dict[str, float]:
-    """Per layer of the models: the largest relative error of output, input gradient and every
-    parameter gradient of rank t's variant against the whole layer."""
-    errs = {}
-    for model in models():
-        batch = microbatch(model, 0, 0, 0)
-        x = None
-        for i, spec in enumerate(model.layers):
-            whole = build_layer(model, i, seed=0)
-            part = tp_layer(build_layer(model, i, seed=0), spec, t, TP, group)
-            if x is None or not x.is_floating_point():
-                x = whole(x, batch).detach()
-                continue
-            xw, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
-            torch.manual_seed(i)
-            out_w = whole(xw, batch)
-            probe = torch.randn_like(out_w)
-            out_p = part(xp, batch)
-            ((out_w * probe).sum()).backward()
-            ((out_p * probe).sum()).backward()
-            want = {"out": out_w.detach(), "dx": xw.grad}
-            got = {"out": out_p.detach(), "dx": xp.grad}
-            if spec.kind in TP_KINDS:
-                want |= shard_grads(whole, spec, t, TP)
-            else:
-                want |= {n: p.grad for n, p in whole.named_parameters()}
-            got |= {n: p.grad for n, p in part.named_parameters()}
-            errs[f"{model.name}/{i}:{spec.kind.value}"] = max_rel_err(got, want)
-            x = out_w.detach() if spec.kind is not K.HEAD else x
-    return errs
 
 
 def agreement_rounds(t: int, group, seed: int) -> tuple[list[int], int, float]:
@@ -95,7 +59,7 @@ def worker(t: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=t, world_size=TP)
     group = dist.new_group(list(range(TP)))
-    errs = layer_errors(t, group)
+    errs = layer_errors(models(), t, TP, group)
     runs = [agreement_rounds(t, group, seed) for seed in range(5)]
     torch.save({"errs": errs, "runs": runs}, os.path.join(out, f"tp{t}.pt"))
     dist.barrier()

@@ -128,7 +128,8 @@ def test_experiment_rrfp_quick_reports_every_summary_key(tmp_path):
     register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = load(compose("config", overrides=["experiment=rrfp", "experiment.quick=true",
-                                                "experiment.emulated_ranks=2", "experiment.real_ranks=0"]))
+                                                "experiment.emulated_ranks=2", "experiment.real_ranks=0",
+                                                "experiment.tp_check=false"]))
     res = rrfp.run(Inputs(cfg))
     s = res.summary
     assert {"points", "max_sim_vs_measured_speedup_error", "tp_max_rel_err", "agreement_cost_us",
