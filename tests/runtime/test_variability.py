@@ -11,7 +11,7 @@ from octopipe.cluster import Link
 from octopipe.config import load, register
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
-from octopipe.errors import ScheduleError
+from octopipe.errors import ConfigError, ScheduleError
 from octopipe.experiments import rrfp
 from octopipe.io import CONF_DIR
 from octopipe.measure.machine import local_cluster
@@ -145,3 +145,15 @@ def test_experiment_rrfp_quick_reports_every_summary_key(tmp_path):
         art.write(tmp_path / art.name)
     assert "pattern" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "speedup_vs_cv.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("key,value,message", [("hint", "fb", "runtime.hint='fb': choose one of"),
+                                               ("jitter_cv", 4, "runtime.jitter_cv=4: out of range"),
+                                               ("straggler_prob", 1.5, "runtime.straggler_prob=1.5: out of range"),
+                                               ("straggler_factor", 0.5, "runtime.straggler_factor=0.5: out of range"),
+                                               ("max_inflight", 0, "runtime.max_inflight=0: must be an integer >= 1")])
+def test_bad_arbitration_settings_name_the_field(key, value, message):
+    register(SCHEDULE_PRESETS)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+            load(compose("config", overrides=["mode=execute", f"runtime.{key}={value}"]))
