@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # the presets that bring each section's dataclass into the composed config
 COST_PRESET = {"analytic": [], "file": ["cost=file", "cost.preset=gpt_13b"], "profiled": ["cost=profiled"]}
 EXPERIMENT_PRESET = {"octopipe_authors": ["experiment=octopipe_authors"], "tabular": ["experiment=tabular"],
-                     "suite": ["experiment=suite"], "suite_large": ["experiment=suite_large"]}
+                     "suite": ["experiment=suite"], "suite_large": ["experiment=suite_large"],
+                     "rrfp": ["experiment=rrfp"]}
 
 
 def _numeric(tp: Any) -> tuple[type, bool] | None:
