@@ -19,6 +19,7 @@ Per point (workload, compute, CV, straggler, hint):
   with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
   simulated peak activation memory over strict's (`memory_ratio`).
 
+The LM head is cut by vocabulary into pieces no larger than a mean stage (`head_split`).
 Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
 simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and the simulator takes each stage's F/B/I/W times from strict runs at CV 0.
@@ -39,6 +40,7 @@ from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
 from octopipe.measure.machine import local_cluster
 from octopipe.model.build import build_model
+from octopipe.model.shard import shard_model
 from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
@@ -104,11 +106,23 @@ def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
     return build_model(preset("model", ex.language if workload == "language" else ex.multimodal))
 
 
+def head_split(model: ModelSpec, costs: CostTable, n: int) -> ModelSpec:
+    """`model` with its LM head cut by vocabulary into the fewest (a power of two) pieces that
+    each take no more than a mean stage (else the head's stage alone sets the pace and no
+    dispatch order matters)."""
+    w = costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0]
+    pieces = 1
+    while w[-1] / pieces > w.sum() / n and pieces < 8:
+        pieces *= 2
+    return shard_model(model, {model.n_layers - 1: pieces}) if pieces > 1 else model
+
+
 def setup(ex: RrfpExperiment, workload: str, compute: str) -> Setup:
     """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans."""
-    model = setup_model(ex, workload)
+    whole = setup_model(ex, workload)
     n = ex.emulated_ranks if compute == "emulated" else ex.real_ranks
     m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
+    model = head_split(whole, analytic_costs(AnalyticCost(), whole, local_cluster(n, LINK)), n)
     costs = analytic_costs(AnalyticCost(), model, local_cluster(n, LINK))
     part = Partition.balanced(costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0], n)
     plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}
