@@ -344,6 +344,12 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     if any(d["calibration"] for d in per.values()):
         report.append("simulated from: " + ", ".join(f"{name} <- {d['calibration'] or 'cost=profiled'}"
                                                      for name, d in per.items()))
+    for name, d in per.items():
+        arb = d["arbitration"]
+        if arb is not None:
+            report.append(f"{name} under hint={arb['hint']}, max_inflight={arb['max_inflight']}, jitter_cv="
+                          f"{arb['jitter_cv']}: measured {arb['measured_iteration_s']:.4f} s/iter, simulated on "
+                          f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
     first = rows[0]
     calibration = calibrations[keys[0]]
     shards = plans[0].shards
