@@ -134,6 +134,10 @@ class RrfpExperiment(ExperimentConfig):
                                                              "straggler case)", ge=0, le=3)
     real_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bf", "bfw"),
                                                                     "real compute: hints")
+    tp: int = setting(2, "emulated runs with this many TP ranks per pipeline rank (emulated_ranks "
+                         "/ tp pipeline ranks; 1: none)", ge=1, le=8)
+    tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)
+    tp_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bfw",), "the TP runs' hints")
     tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "
                                    "layer, and the cost of one agreement (2 gloo ranks)")
     quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "

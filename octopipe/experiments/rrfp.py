@@ -76,6 +76,7 @@ class Setup:
 
     workload: str
     compute: str
+    tp: int
     model: ModelSpec
     costs: CostTable
     plans: dict                     # "1f1b" | "zbh1" -> Plan
@@ -90,14 +91,15 @@ class Setup:
 def quick(ex: RrfpExperiment) -> RrfpExperiment:
     """The small grid of `experiment.quick`."""
     return replace(ex, jitter_cvs=(0.0, 0.5), real_jitter_cvs=(0.5,), straggler_prob=0.0, hints=("bfw",),
-                   real_hints=("bfw",),
+                   real_hints=("bfw",), tp_jitter_cvs=(0.5,),
                    emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
                    iterations=1, warmup=0, monte_carlo=3)
 
 
-def levels(ex: RrfpExperiment, compute: str = "emulated") -> list[Level]:
-    out = [Level(float(c), False) for c in (ex.jitter_cvs if compute == "emulated" else ex.real_jitter_cvs)]
-    if ex.straggler_prob > 0 and compute == "emulated":
+def levels(ex: RrfpExperiment, compute: str = "emulated", tp: int = 1) -> list[Level]:
+    cvs = ex.real_jitter_cvs if compute == "real" else ex.tp_jitter_cvs if tp > 1 else ex.jitter_cvs
+    out = [Level(float(c), False) for c in cvs]
+    if ex.straggler_prob > 0 and compute == "emulated" and tp == 1:
         out.append(Level(float(ex.straggler_cv), True))
     return out
 
@@ -117,10 +119,11 @@ def head_split(model: ModelSpec, costs: CostTable, n: int) -> ModelSpec:
     return shard_model(model, {model.n_layers - 1: pieces}) if pieces > 1 else model
 
 
-def setup(ex: RrfpExperiment, workload: str, compute: str) -> Setup:
-    """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans."""
+def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup:
+    """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans (with
+    `tp` TP ranks per pipeline rank: emulated_ranks / tp pipeline ranks)."""
     whole = setup_model(ex, workload)
-    n = ex.emulated_ranks if compute == "emulated" else ex.real_ranks
+    n = ex.emulated_ranks // tp if compute == "emulated" else ex.real_ranks
     m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
     model = head_split(whole, analytic_costs(AnalyticCost(), whole, local_cluster(n, LINK)), n)
     costs = analytic_costs(AnalyticCost(), model, local_cluster(n, LINK))
@@ -132,8 +135,8 @@ def setup(ex: RrfpExperiment, workload: str, compute: str) -> Setup:
         max_message_bytes=16384, timeout_s=600.0, stall_s=60.0, pin="false", calibrate=False,
         grad_check=False, max_inflight=ex.max_inflight,
         seq_len_cv=ex.multimodal_seq_len_cv if mm else ex.language_seq_len_cv,
-        images_max=ex.multimodal_images_max if mm else 0)
-    return Setup(workload, compute, model, costs, plans, config)
+        images_max=ex.multimodal_images_max if mm else 0, tp=tp)
+    return Setup(workload, compute, tp, model, costs, plans, config)
 
 
 def level_config(base: RuntimeConfig, ex: RrfpExperiment, level: Level) -> RuntimeConfig:
@@ -205,18 +208,19 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
         cal = [execute(s.job(sch, policy_config(s.config, None))) for sch in ("1f1b", "zbh1")]
         times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
-    points, dispatch_us = [], []
-    for level in levels(ex, s.compute):
+    points, dispatch_us, agree_us = [], [], []
+    for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
         strict = execute(s.job("1f1b", strict_cfg)).iteration_s
         sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
         mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
-        for hint in (ex.hints if s.compute == "emulated" else ex.real_hints):
+        for hint in (ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints):
             rf_cfg = policy_config(cfg, hint)
             res = execute(s.job(schedule_of(hint), rf_cfg))
             dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
+            agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
             meas = [strict[it] / res.iteration_s[it] for it in measured]
             base = bases[schedule_of(hint)]
             same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it)) for it in measured]
@@ -225,14 +229,14 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
             (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
-            points.append({"workload": s.workload, "compute": s.compute, "tp": 1, "jitter_cv": level.cv,
+            points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
                            "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
                            "simulated_mc_speedup": mc_mean, "simulated_mc_spread": mc_sd,
                            "simulated_capped_speedup": float(np.mean(capped)), "memory_ratio": float(mem),
                            "ranks": s.plans["1f1b"].table.n_devices,
                            "microbatches": s.plans["1f1b"].table.n_microbatches})
-    return points, dispatch_us
+    return points, dispatch_us, agree_us
 
 
 def speedup_error(p: dict) -> float:
@@ -243,7 +247,7 @@ def findings(points: list[dict]) -> list[str]:
     """The paper's pattern, point by point: what holds and what does not."""
     out = []
     for compute in sorted({p["compute"] for p in points}):
-        sel = [p for p in points if p["compute"] == compute]
+        sel = [p for p in points if p["compute"] == compute and p["tp"] == 1]
         best: dict[tuple, dict] = {}
         for p in sel:
             key = (p["workload"], p["jitter_cv"], p["straggler"])
@@ -281,6 +285,11 @@ def findings(points: list[dict]) -> list[str]:
         if pairs:
             ge = sum(p["measured_speedup"] >= q["measured_speedup"] - p["measured_spread"] for p, q in pairs)
             out.append(f"  - bfw >= bf (within spread) at {ge}/{len(pairs)} points")
+    tp = [p for p in points if p["tp"] > 1]
+    if tp:
+        out.append("- tp = " + str(tp[0]["tp"]) + " (emulated): " + ", ".join(
+            f"{p['workload']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} measured / "
+            f"{p['simulated_speedup']:.2f} simulated" for p in tp))
     return out
 
 
@@ -289,7 +298,7 @@ def table_md(points: list[dict]) -> str:
             "simulated MC (spread) | simulated, capped at row need | peak memory vs strict |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
-        rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} ranks) | {p['jitter_cv']:g} | "
+        rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} x tp {p['tp']}) | {p['jitter_cv']:g} | "
                     f"{'yes' if p['straggler'] else 'no'} | {p['hint']} | {p['measured_speedup']:.3f} | "
                     f"{p['measured_spread']:.3f} | {p['simulated_speedup']:.3f} | "
                     f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) | "
@@ -303,11 +312,11 @@ def plot(points: list[dict]) -> Artifact:
         import matplotlib  # heavy: only for the figure
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # heavy: only for the figure
-        panels = sorted({(p["workload"], p["compute"]) for p in points})
+        panels = sorted({(p["workload"], p["compute"], p["tp"]) for p in points})
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-        for ax, (w, c) in zip(axes[0], panels):
+        for ax, (w, c, tp) in zip(axes[0], panels):
             for k, hint in enumerate(sorted({p["hint"] for p in points})):
-                sel = sorted((p for p in points if (p["workload"], p["compute"], p["hint"]) == (w, c, hint)
+                sel = sorted((p for p in points if (p["workload"], p["compute"], p["tp"], p["hint"]) == (w, c, tp, hint)
                               and not p["straggler"]), key=lambda p: p["jitter_cv"])
                 x = [p["jitter_cv"] for p in sel]
                 ax.errorbar(x, [p["measured_speedup"] for p in sel], [p["measured_spread"] for p in sel],
@@ -315,7 +324,7 @@ def plot(points: list[dict]) -> Artifact:
                 ax.plot(x, [p["simulated_mc_speedup"] for p in sel], color=f"C{k}", ls="--",
                         label=f"{hint} simulated")
             ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set_title(f"{w}, {c}")
+            ax.set_title(f"{w}, {c}" + (f", tp={tp}" if tp > 1 else ""))
             ax.set_xlabel("compute jitter CV")
             ax.set_ylabel("speedup over strict 1F1B")
         axes[0][0].legend(fontsize=7)
@@ -330,15 +339,18 @@ def run(inputs: Inputs) -> Result:
     ex: RrfpExperiment = inputs.config.experiment
     if ex.quick:
         ex = quick(ex)
-    setups = [(w, c) for c, n in (("emulated", ex.emulated_ranks), ("real", ex.real_ranks)) if n > 0
+    setups = [(w, c, 1) for c, n in (("emulated", ex.emulated_ranks), ("real", ex.real_ranks)) if n > 0
               for w in ("language", "multimodal")]
+    if ex.tp > 1 and ex.emulated_ranks >= 2 * ex.tp:
+        setups += [(w, "emulated", ex.tp) for w in ("language", "multimodal")]
     points: list[dict] = []
     dispatch_us: list[float] = []
-    n_levels = len(levels(ex))
-    for w, c in track_cases(setups, "rrfp", lambda wc: f"{wc[0]} {wc[1]} ({n_levels} levels)"):
-        got, costs = run_setup(setup(ex, w, c), ex)
+    pipeline_agree_us: list[float] = []
+    for w, c, tp in track_cases(setups, "rrfp", lambda wct: f"{wct[0]} {wct[1]} tp={wct[2]}"):
+        got, costs, agreed = run_setup(setup(ex, w, c, tp), ex)
         points += got
         dispatch_us += costs
+        pipeline_agree_us += agreed
     tp_errs: dict[str, float] = {}
     agreement_us = None
     if ex.tp_check:
@@ -352,6 +364,7 @@ def run(inputs: Inputs) -> Result:
                                                       default=None),
         "tp_max_rel_err": max(tp_errs.values()) if tp_errs else None, "agreement_cost_us": agreement_us,
         "tp_layer_errors": tp_errs,
+        "pipeline_agreement_cost_us": float(np.mean(pipeline_agree_us)) if pipeline_agree_us else None,
         "dispatch_cost_us": float(np.mean(dispatch_us)) if dispatch_us else None,
         "wall_s": time.perf_counter() - t0}
     lines = findings(points)
@@ -367,8 +380,9 @@ def run(inputs: Inputs) -> Result:
         f"{summary['dispatch_cost_us']} us.", "",
         f"Tensor parallelism, tp = 2 on gloo: largest relative error of any layer's output and "
         f"gradients against the whole layer {summary['tp_max_rel_err']} over {len(tp_errs)} layers; one "
-        f"agreement (scalar all-gather) {agreement_us} us. The pipeline does not run a pp x tp grid yet, "
-        "so there are no tp = 2 speedup points.", "",
+        f"agreement (scalar all-gather) {agreement_us} us alone, "
+        f"{summary['pipeline_agreement_cost_us']} us per round inside the tp = 2 emulated pipelines (whose "
+        "TP ranks sleep the stage and agree before every task; the simulator does not time the agreement).", "",
         "## Points", "", table_md(points), "", "![speedup against CV](speedup_vs_cv.png)", ""])
     report = (f"experiment=rrfp: {len(points)} points in {summary['wall_s']:.0f} s", *lines,
               f"max sim-vs-measured speedup error (emulated): {summary['max_sim_vs_measured_speedup_error']}",

@@ -15,6 +15,7 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import ScheduleError
 from octopipe.runtime.job import Job
+from octopipe.runtime.tensor_parallel import check_grid
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import bind
 from octopipe.sim.hints import HINTS, cap_problem
@@ -89,6 +90,15 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
         raise ScheduleError(f"runtime.slow_rank={config.slow_rank} is not a rank of this "
                             f"{table.n_devices}-rank table; use -1..{table.n_devices - 1}")
     variability_of(config, job)
+    if config.tp > 1:
+        check_grid(job.model if config.compute == "real" else None, config.tp, table.n_devices)
+        if config.compute != "emulated":
+            raise ScheduleError(f"runtime.tp={config.tp}: the pipeline runs TP stages with compute=emulated "
+                                "only (real TP layers: octopipe/layers/tensor_parallel.py); use runtime.tp=1")
+        if transport != "tagged" or any(len({pl[s] for pl in table.all_placements()}) > 1
+                                         for s in range(table.n_stages)):
+            raise ScheduleError(f"runtime.tp={config.tp} needs the tagged transport and no replicated "
+                                "stages; use runtime.transport=tagged and another schedule")
     gated = config.max_inflight is not None or config.memory_cap is not None
     if gated and config.dispatch != "ready_first":
         raise ScheduleError("runtime.max_inflight / runtime.memory_cap bound ready_first dispatch; "

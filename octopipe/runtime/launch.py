@@ -78,7 +78,7 @@ def _where(control: Control, table: ScheduleTable, rank: int) -> str:
 
 def _action_of(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, _ = control.status(rank)
-    row = table.actions(rank)
+    row = table.actions(rank * table.n_devices // control.world)   # a TP rank's pipeline rank
     a = row[idx] if 0 <= idx < len(row) else None
     return f"{'waiting for ' if waiting else ''}{a} (iteration {it}, position {idx + 1}/{len(row)} in its row)"
 
@@ -145,11 +145,12 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
     transport, device = choose_transport(config.backend, config.transport, config.device)
     emulated = emulation(job) if config.compute == "emulated" else None
     return RankJob(job.model if config.compute == "real" else None, job.plan.partition, table,
-                   table.n_devices, init_method, config.backend, config.dispatch, config.compute,
+                   table.n_devices * config.tp, init_method, config.backend, config.dispatch, config.compute,
                    job.total_iterations, job.seed, config.lr,
                    dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
                    result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
-                   arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}))
+                   arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}),
+                   tp=config.tp)
 
 
 def _check(job: Job) -> ScheduleTable:
@@ -186,7 +187,7 @@ def execute(job: Job) -> ExecutionResult:
     through the CPU) or `auto` (cuda for nccl, cpu for gloo).
     """
     compute_table = _check(job)
-    world = compute_table.n_devices
+    world = compute_table.n_devices * job.config.tp
     ctx = process_context()
     control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:

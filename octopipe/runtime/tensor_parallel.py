@@ -9,6 +9,7 @@ rank picked it, otherwise it is deferred and each picks again (see runtime/READM
 """
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 
@@ -22,7 +23,6 @@ from octopipe.layers.build import build_layer
 from octopipe.layers.tensor_parallel import TP_KINDS, shard_grads, tp_layer, tp_problem
 from octopipe.model.layer import LayerKind
 from octopipe.model.spec import ModelSpec
-from octopipe.runtime.launch import free_port
 from octopipe.runtime.stage import max_rel_err
 
 NONE = -1
@@ -79,6 +79,13 @@ def agree(pick: int, group) -> bool:
     picks = [torch.empty(1, dtype=torch.int64) for _ in range(n)]
     dist.all_gather(picks, mine, group=group)
     return pick != NONE and all(int(p) == pick for p in picks)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a process group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _agreement_worker(t: int, n: int, port: int, rounds: int, out) -> None:

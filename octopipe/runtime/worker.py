@@ -27,6 +27,7 @@ from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.dispatch import Arbitration
 from octopipe.runtime.jitter import DelayedSender, Jittered
+from octopipe.runtime.tensor_parallel import NONE, Grid, agree
 from octopipe.runtime.job import Fault
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
@@ -63,6 +64,7 @@ class RankJob:
     transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
     device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
     arbitration: Arbitration = field(default_factory=Arbitration)
+    tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -151,7 +153,8 @@ class Rank:
     def __init__(self, job: RankJob, rank: int, control: Control) -> None:
         self.job, self.rank, self.control = job, rank, control
         self.table = job.table
-        self.row = job.table.compact().compute_only().actions(rank)
+        self.prank, self.trank = divmod(rank, job.tp)     # pipeline rank, TP rank
+        self.row = job.table.compact().compute_only().actions(self.prank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" \
             else torch.device("cpu")
         self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
@@ -162,7 +165,7 @@ class Rank:
                                        job.table.n_microbatches, job.seed, self.device, job.table.mb_replica)
         arb = job.arbitration
         if arb.variability is not None:
-            self.compute = Jittered(self.compute, arb.variability, rank, job.seed,
+            self.compute = Jittered(self.compute, arb.variability, self.prank, job.seed,
                                     (job.table.n_stages, job.table.n_microbatches), self.device)
         self.prio = row_priority(self.row, arb.hint)
         self.rowpos = {a: k for k, a in enumerate(self.row)}
@@ -171,6 +174,7 @@ class Rank:
         self.admission = admission_order(self.row)
         self.delayed = DelayedSender() if arb.variability is not None and arb.variability.transfer_delay > 0 \
             else None
+        self.tp_group = Grid(job.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)
@@ -204,9 +208,35 @@ class Rank:
         alloc = arb.memory.get((a.stage, 0), (0.0, 0.0))[0]
         return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
 
+    def _agreed(self, pending: list[Action], done: set[Action], local) -> Action:
+        """With TP ranks: pick as `_pick` does, then agree with the stage's other TP ranks (one
+        scalar all-gather per round, `tensor_parallel.agree`); deferred until all pick the same."""
+        inbox = self.transport.inbox
+        while True:
+            with inbox.cv:
+                if inbox.error is not None:
+                    raise inbox.error
+                if self.control.aborted():
+                    raise Aborted()
+                a = self._pick(pending, done, local)
+            t0 = time.perf_counter()
+            ok = agree(self.rowpos[a] if a is not None else NONE, self.tp_group)
+            self._agreements.append(time.perf_counter() - t0)
+            if ok:
+                return a
+            with inbox.cv:
+                inbox.cv.wait(timeout=0.001)
+
+    def _pick(self, pending: list[Action], done: set[Action], local) -> Action | None:
+        if self.job.dispatch == "strict":
+            return pending[0] if self._ready(pending[0], done, local) else None
+        return next((a for a in pending if self._ready(a, done, local) and self._allowed(a)), None)
+
     def _next(self, pending: list[Action], done: set[Action], local) -> Action:
         """Block until an action may run: the row's next (strict) or the best-ranked ready one no
         cap holds back (ready_first; `pending` is in hint order). Records each decision's cost."""
+        if self.tp_group is not None:
+            return self._agreed(pending, done, local)
         inbox = self.transport.inbox
         with inbox.cv:
             while True:
@@ -270,9 +300,12 @@ class Rank:
             self._deliver(msg[0], out, msg[1], it)
 
     def _deliver(self, key: Key, tensor: torch.Tensor, dst: int, it: int) -> None:
-        if dst == self.rank:
+        """Hand `tensor` to pipeline rank `dst`: in memory, or to its TP rank of this one's index."""
+        if dst == self.prank:
             self._local[key] = tensor
-        elif self.delayed is None:
+            return
+        dst = dst * self.job.tp + self.trank
+        if self.delayed is None:
             self.transport.send(key, tensor, dst, it)
         else:
             arb = self.job.arbitration
@@ -306,12 +339,15 @@ class Rank:
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
         self.compute.start_iteration(it)
-        self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
+        expected = expected_messages(self.job, self.prank, self.row)
+        self.transport.post_receives(it, {k: (src * self.job.tp + self.trank, shape)
+                                          for k, (src, shape) in expected.items()})
         self._local: dict[Key, torch.Tensor] = {}
         self._started: set[int] = set()
         self._live: dict[int, int] = {}
         self._adm_next, self._mem = 0, 0.0
         self._decisions: list[float] = []
+        self._agreements: list[float] = []
         dist.barrier()
         begin = time.perf_counter()
         pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
@@ -335,7 +371,9 @@ class Rank:
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
-                            "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None})
+                            "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
+                            "agree_us": 1e6 * float(np.mean(self._agreements)) if self._agreements else None,
+                            "agree_rounds": len(self._agreements)})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})

@@ -11,12 +11,19 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from octopipe.cluster import Link
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.measure.machine import local_cluster
+from octopipe.plan import Plan, uniform_partition
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import execute
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
-from octopipe.runtime.launch import free_port
-from octopipe.runtime.tensor_parallel import NONE, agree, check_grid, layer_errors
+from octopipe.runtime.tensor_parallel import NONE, agree, check_grid, free_port, layer_errors
 from tests.runtime import tiny
+from tests.runtime.random_tables import random_table
 
 TP = 2
 
@@ -100,3 +107,22 @@ def test_bad_tp_names_the_field():
                                tiny.head()]), 4, 1)
     with pytest.raises(ConfigError, match=r"runtime\.tp=0"):
         check_grid(model, 0, 1)
+
+
+@pytest.mark.parametrize("dispatch", ["strict", "ready_first"])
+def test_a_pp2_tp2_pipeline_agrees_on_every_task_and_never_hangs(dispatch):
+    """4 processes (2 pipeline ranks x 2 TP ranks), emulated compute, random irregular tables
+    under jitter and send delays: both TP ranks of each pipeline rank run the same order (what
+    the agreement enforces) and every run finishes; each decision's agreement is timed."""
+    for seed in range(2):
+        table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
+        costs = CostTable.uniform(4, f=1.0, i=1.0, w=1.0, out_bytes=1e3, kinds=("local-cpu",))
+        config = RuntimeConfig(compute="emulated", dispatch=dispatch, hint="bfw" if dispatch == "ready_first" else "table",
+                               tp=2, iterations=1, warmup=0, emulate_step_s=0.004, jitter_cv=0.5,
+                               transfer_delay=0.5, timeout_s=120.0, stall_s=30.0)
+        res = execute(Job(Plan(uniform_partition(4, 4), table), None, config, seed=seed, costs=costs,
+                          cluster=local_cluster(2, Link("loopback", 5e8, 1e-4))))
+        orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])]
+                  for ev in res.events]
+        assert len(orders) == 4 and orders[0] == orders[1] and orders[2] == orders[3]
+        assert all(e["agree_us"] > 0 for ev in res.events for e in ev if "agree_us" in e)
