@@ -180,8 +180,50 @@ class AblationExperiment(ExperimentConfig):
                                    ge=1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RrfpExperiment(ExperimentConfig):
+    """experiment=rrfp: strict versus ready-first dispatch under variability (RRFP, §3 of
+    published-systems.md), simulated and run."""
+
+    language: str = setting("tiny_hybrid", "the language workload (model preset)")
+    multimodal: str = setting("tiny_vlm", "the multimodal workload (model preset)")
+    language_seq_len_cv: float = setting(0.0, "language: sequence length variability", ge=0, le=3)
+    multimodal_seq_len_cv: float = setting(0.25, "multimodal: text length variability", ge=0, le=3)
+    multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this", ge=1)
+    jitter_cvs: tuple[float, ...] = setting((0.0, 0.1, 0.3, 0.5), "compute jitter levels", ge=0, le=3)
+    straggler_cv: float = setting(0.1, "the straggler case's jitter", ge=0, le=3)
+    straggler_prob: float = setting(0.05, "the straggler case: probability per action", ge=0, le=1)
+    straggler_factor: float = setting(3.0, "the straggler case: slow-down", ge=1)
+    hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("table", "bf", "bfw"),
+                                                               "ready-first hints")
+    emulated_ranks: int = setting(8, "ranks of the emulated runs (0: none)", ge=0)
+    emulated_microbatches: int = setting(16, "micro-batches of the emulated runs", ge=1)
+    emulate_step_s: float = setting(0.005, "emulated: mean stage F seconds", gt=0)
+    real_ranks: int = setting(2, "ranks of the real-compute runs (0: none)", ge=0, le=4)
+    real_microbatches: int = setting(8, "micro-batches of the real-compute runs", ge=1)
+    iterations: int = setting(3, "measured iterations per run (paired across policies)", ge=1)
+    warmup: int = setting(1, "iterations before them", ge=0)
+    monte_carlo: int = setting(20, "simulated seeds per point", ge=1)
+    max_inflight: int | None = setting(
+        None, "ready-first runs: cap on micro-batches live per rank (null: none, RRFP's "
+              "message-driven buffers; the simulator also reports each rank capped at its own "
+              "row's need)", ge=1)
+    real_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "real compute: jitter levels (no "
+                                                             "straggler case)", ge=0, le=3)
+    real_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bf", "bfw"),
+                                                                    "real compute: hints")
+    tp: int = setting(2, "emulated runs with this many TP ranks per pipeline rank (emulated_ranks "
+                         "/ tp pipeline ranks; 1: none)", ge=1, le=8)
+    tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)
+    tp_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bfw",), "the TP runs' hints")
+    tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "
+                                   "layer, and the cost of one agreement (2 gloo ranks)")
+    quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "
+                                 "emulated ranks, 4 micro-batches, one iteration, 3 seeds")
+
+
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
     "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
-    "layouts": LayoutsExperiment, "pipedream": PipeDreamExperiment,
-    "ablation": AblationExperiment,
+    "layouts": LayoutsExperiment, "pipedream": PipeDreamExperiment, "ablation": AblationExperiment,
+    "rrfp": RrfpExperiment,
     "suite": ExperimentConfig, "suite_large": ExperimentConfig}

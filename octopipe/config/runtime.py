@@ -21,6 +21,30 @@ class RuntimeConfig:
         "real", "real: the layers compute | emulated: each action sleeps its modelled time")
     dispatch: Literal["strict", "ready_first"] = setting(
         "ready_first", "strict (row order) | ready_first (the row ranks the ready actions)")
+    hint: Literal["table", "bf", "bfw"] = setting(
+        "table", "ready_first ranking: table (row order) | bf (backward before forward) | bfw "
+        "(I/B, then F, then deferred W); octopipe/sim/hints.py, shared with the simulator")
+    max_inflight: int | None = setting(
+        None, "ready_first: cap on micro-batches live per rank (null: none); one that could "
+        "deadlock the table is refused", ge=1)
+    memory_cap: float | None = setting(
+        None, "ready_first: modelled activation bytes per rank an admission may not exceed "
+        "(null: none)", gt=0)
+    jitter_cv: float = setting(0.0, "compute jitter: lognormal per action, coefficient of "
+                                    "variation", ge=0, le=3)
+    straggler_prob: float = setting(0.0, "probability that an action is a straggler", ge=0, le=1)
+    straggler_factor: float = setting(3.0, "how many times longer a straggler takes", ge=1)
+    slow_rank: int = setting(-1, "a persistently slow rank (-1: none)", ge=-1)
+    slow_rank_factor: float = setting(1.5, "how much slower that rank is", ge=1)
+    transfer_delay: float = setting(0.0, "mean delay before a send is posted, in mean stage "
+                                         "F times (exponential)", ge=0)
+    seq_len_cv: float = setting(0.0, "data: micro-batch sequence length, lognormal around the "
+                                     "mean with this coefficient of variation", ge=0, le=3)
+    images_max: int = setting(0, "data (vision models): images per sample drawn from "
+                                 "1..images_max (0: fixed)", ge=0)
+    tp: int = setting(1, "tensor-parallel ranks per pipeline rank (world = ranks x tp; with "
+                          "tp > 1, compute=emulated only: the TP ranks of a stage agree on each task "
+                          "by a scalar all-gather)", ge=1, le=64)
     iterations: int = setting(3, "measured iterations", ge=1)
     warmup: int = setting(1, "iterations run before them and not measured", ge=0)
     model: str = setting(

@@ -45,6 +45,9 @@ Writes trace.json (the measured run: a track per rank, transfers as flows; one t
 per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
 grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error, `pinned`
 (each rank's core, or null), the `calibrations` run and a `schedules` entry per schedule.
+`arbitration` (when runtime.hint, max_inflight or memory_cap, or any variability field is set):
+the measured iteration against the simulator under the same policy and the same draws of the
+shared jitter model, from base stage times (observed / drawn factor), and its `error`.
 `simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B
 times observed in the measured iterations: on a shared, loaded CPU this separates the simulator's
 model of the schedule (dependencies, transfers, dispatch) from the drift between offline
@@ -62,6 +65,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 from rich.table import Table
 
 from octopipe.asynchronous.tables import refuse_flushing
@@ -86,12 +90,14 @@ from octopipe.modes.inputs import Inputs, sharder_for
 from octopipe.modes.result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
+from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
 from octopipe.runtime.job import Job
-from octopipe.runtime.launch import execute
+from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.schedule.plan_io import load_plan
+from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.sharding import LayerSharder, model_sharder
 from octopipe.tune.tuner import TuneOptions, tune
 
@@ -234,7 +240,7 @@ def _calibration(job: Job, partition, report: list) -> Calibration | None:
         report.append(f"[yellow]runtime.calibrate: {m} micro-batch is too few for the calibration run "
                       "(it needs 2); predicting from cost=profiled alone[/yellow]")
         return None
-    cal, _ = calibrate(job, partition, cores=available_cores())
+    cal, _ = calibrate(replace(job, config=plain(job.config)), partition, cores=available_cores())
     report.append(f"calibration {cal.name}: {len(cal.partition)} stages on {n} ranks, fitted background "
                   f"load {cal.background:.3f} cores")
     return cal
@@ -253,6 +259,43 @@ def _table(rows: Sequence[Comparison], title: str) -> Table:
         t.add_row(c.schedule, f"{c.measured_iteration_s:.4f}", f"{c.simulated_iteration_s:.4f}",
                   f"{100 * c.fidelity_error:.1f}%", prof, *replay, g)
     return t
+
+
+def arbitration_prediction(job: Job, res: ExecutionResult) -> dict | None:
+    """Measured against simulated under `job`'s variability, hint and caps, or None when it sets
+    none: each stage's base F/I/W/B time is what the measured iterations took divided by the
+    factor drawn for each action (the draws are known: seed, iteration), and the simulator runs
+    the same policy on the same draws of every measured iteration."""
+    config = job.config
+    var = variability_of(config, job)
+    plain = config.hint == "table" and config.max_inflight is None and config.memory_cap is None
+    if plain and not var.active:
+        return None
+    sim = Simulator(res.table if res.table is not None else job.plan.table.compact().compute_only())
+    p = sim.program
+    node = {str(p.action(c)): c for c in range(p.n_compute)}
+    acc: dict[tuple[int, int], list[float]] = {}
+    for it in job.measured:
+        d = var.draws(np.random.default_rng((job.seed, it)), p.n_stages, p.n_microbatches)
+        for ev in res.events:
+            for e in ev:
+                if e["it"] == it and "action" in e:
+                    c = node[e["action"]]
+                    f = float(var.compute_factor(d, p.c_stage[c], p.c_kind[c], p.c_mb[c], p.c_dev[c]))
+                    acc.setdefault((int(p.c_stage[c]), int(p.c_kind[c])), []).append((e["end"] - e["start"]) / f)
+    base = sim.uniform(transfer=1e-4).durations
+    base = base.scaled(compute=np.array([np.mean(acc[(int(p.c_stage[c]), int(p.c_kind[c]))])
+                                         for c in range(p.n_compute)]))
+    policy = "strict" if config.dispatch == "strict" else \
+        ReadyFirst(config.hint, config.max_inflight, False)
+    sims = [sim.run(var.apply(p, base, np.random.default_rng((job.seed, it))) if var.active else base,
+                    policy=policy).makespan for it in job.measured]
+    meas = [res.iteration_s[it] for it in job.measured]
+    return {"measured_iteration_s": float(np.mean(meas)), "simulated_iteration_s": float(np.mean(sims)),
+            "error": abs(float(np.mean(meas)) - float(np.mean(sims))) / float(np.mean(meas)),
+            "hint": config.hint, "max_inflight": config.max_inflight, "jitter_cv": config.jitter_cv,
+            "straggler_prob": config.straggler_prob, "seq_len_cv": config.seq_len_cv,
+            "images_max": config.images_max, "transfer_delay": config.transfer_delay}
 
 
 def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], CostTable]) -> Result:
@@ -277,6 +320,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = job.costs if run_model is model else costs_of(run_model)
         plan_job = replace(job, plan=plan, model=run_model, costs=model_costs[run_model], pinned=pin)
+        check_arbitration(plan_job, plan.table.compact().compute_only(),
+                          choose_transport(config.backend, config.transport, config.device)[0])
         key = (run_model, plan.table.n_devices, calibration_partition(plan))
         if key not in calibrations:
             calibrations[key] = _calibration(plan_job, key[2], report) if config.compute == "real" else None
@@ -287,7 +332,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         calibration = calibrations[key]
         c = summarise(plan_job, [execute(plan_job)], calibration)
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
-                           "pinned": list(plan_job.pinned) if plan_job.pinned else None}
+                           "pinned": list(plan_job.pinned) if plan_job.pinned else None,
+                           "arbitration": arbitration_prediction(plan_job, c.result)}
         rows.append(c)
         trace = measured_trace(c.result.events, list(plan_job.measured))
         artifacts.append(json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))
@@ -300,6 +346,12 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     if any(d["calibration"] for d in per.values()):
         report.append("simulated from: " + ", ".join(f"{name} <- {d['calibration'] or 'cost=profiled'}"
                                                      for name, d in per.items()))
+    for name, d in per.items():
+        arb = d["arbitration"]
+        if arb is not None:
+            report.append(f"{name} under hint={arb['hint']}, max_inflight={arb['max_inflight']}, jitter_cv="
+                          f"{arb['jitter_cv']}: measured {arb['measured_iteration_s']:.4f} s/iter, simulated on "
+                          f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
     first = rows[0]
     calibration = calibrations[keys[0]]
     shards = plans[0].shards
@@ -322,6 +374,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         "fidelity_error_replay": first.fidelity_error_replay,
         "grad_check_max_rel_err": max(errs) if errs else None,
         "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
+        "arbitration": per[first.schedule]["arbitration"],
         "schedules": per}
     return Result(summary, tuple(report), tuple(artifacts))
 

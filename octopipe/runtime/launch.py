@@ -26,6 +26,7 @@ import torch.multiprocessing as mp
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.control import Control, Failure
+from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.lifeline import rank_entry
@@ -105,7 +106,7 @@ class Stall:
 
 def _where(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, fin = control.status(rank)
-    row = table.actions(rank)
+    row = _row(control, table, rank)
     if fin:
         return f"rank {rank}: finished its row (iteration {it})"
     if done >= len(row):
@@ -115,9 +116,14 @@ def _where(control: Control, table: ScheduleTable, rank: int) -> str:
     return f"rank {rank}: {verb} {action} ({done}/{len(row)} of its row done, iteration {it})"
 
 
+def _row(control: Control, table: ScheduleTable, rank: int) -> tuple:
+    """The row of a world rank: that of its pipeline rank (a TP rank shares it)."""
+    return table.actions(rank * table.n_devices // control.world)
+
+
 def _action_of(control: Control, table: ScheduleTable, rank: int) -> str:
     it, done, idx, waiting, _ = control.status(rank)
-    row = table.actions(rank)
+    row = _row(control, table, rank)
     if not 0 <= idx < len(row):
         return f"the end of iteration {it} (its row done)"
     return f"{'waiting for ' if waiting else ''}{row[idx]} (iteration {it}, position {idx + 1}/{len(row)} in its row)"
@@ -149,7 +155,7 @@ def _stall_error(control, table, procs, clocks: Clocks, stall: Stall) -> Runtime
     now = time.monotonic()
     frozen = _frozen(procs, clocks, stall, now)
     live = [r for r in range(len(procs)) if not control.status(r)[4]
-            and control.status(r)[1] < len(table.actions(r))]
+            and control.status(r)[1] < len(_row(control, table, r))]
     running = [r for r in live if not control.status(r)[3]]
     if frozen:
         r = min(frozen, key=lambda q: clocks.beat[q])
@@ -258,11 +264,13 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
     transport, device = choose_transport(config.backend, config.transport, config.device)
     emulated = emulation(job) if config.compute == "emulated" else None
     return RankJob(job.model if config.compute == "real" else None, job.plan.partition, table,
-                   table.n_devices, init_method, config.backend, config.dispatch, config.compute,
+                   table.n_devices * config.tp, init_method, config.backend, config.dispatch, config.compute,
                    job.total_iterations, job.seed, config.lr,
                    dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
                    result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
-                   weights=job.weights)
+                   weights=job.weights,
+                   arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}),
+                   tp=config.tp)
 
 
 def _check(job: Job) -> ScheduleTable:
@@ -276,6 +284,7 @@ def _check(job: Job) -> ScheduleTable:
     if config.compute == "real" and job.model is None:
         raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec")
     compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
+    check_arbitration(job, compute_table, choose_transport(config.backend, config.transport, config.device)[0])
     world = table.n_devices
     if config.backend == "nccl" and torch.cuda.device_count() < world:
         raise ScheduleError(f"backend=nccl needs a GPU per rank: the table has {world} ranks and this machine "
@@ -298,7 +307,7 @@ def execute(job: Job) -> ExecutionResult:
     through the CPU) or `auto` (cuda for nccl, cpu for gloo).
     """
     compute_table = _check(job)
-    world = compute_table.n_devices
+    world = compute_table.n_devices * job.config.tp
     ctx = process_context()
     control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:

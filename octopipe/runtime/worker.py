@@ -1,7 +1,8 @@
 """One pipeline rank: builds its stages, runs its row of the table, reports what happened.
 
-Dispatch `strict` runs the row in order; `ready_first` treats the row as a ranking and runs
-the first action whose inputs are present. Stages on the same rank hand tensors over in memory.
+Dispatch `strict` runs the row in order; `ready_first` runs the best-ranked ready action that
+no buffer cap holds back, ranked by the hint (`table`, `bf`, `bfw`) and capped as
+`octopipe.sim.hints` defines for the simulator too. Stages on the same rank hand tensors over in memory.
 Messages to other ranks go through the `tagged` or `ordered` transport (transport.py); the
 ordered one posts each pair's messages in the order `pair_orders` gives.
 """
@@ -15,17 +16,23 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import torch
 import torch.distributed as dist
 
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
+from octopipe.runtime.dispatch import Arbitration
+from octopipe.runtime.jitter import DelayedSender, Jittered
+from octopipe.runtime.tensor_parallel import NONE, Grid, agree
 from octopipe.runtime.job import Fault
 from octopipe.runtime.stage import as_blocks
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim.hints import KIND_CODE, admission_order, admits, row_priority
 
 
 class Aborted(Exception):
@@ -59,6 +66,8 @@ class RankJob:
     weights: object | None = None   # asynchronous weight policy (issue 15), applied per backward
     batches: object | None = None   # real: batch(iteration, mb) -> dict (None: synthetic tokens)
     autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
+    arbitration: Arbitration = field(default_factory=Arbitration)
+    tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -147,7 +156,8 @@ class Rank:
     def __init__(self, job: RankJob, rank: int, control: Control) -> None:
         self.job, self.rank, self.control = job, rank, control
         self.table = job.table
-        self.row = job.table.compact().compute_only().actions(rank)
+        self.prank, self.trank = divmod(rank, job.tp)     # pipeline rank, TP rank
+        self.row = job.table.compact().compute_only().actions(self.prank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" \
             else torch.device("cpu")
         self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
@@ -160,6 +170,18 @@ class Rank:
             if job.batches is not None:
                 self.compute.batches = job.batches
             self.compute.autocast = getattr(torch, job.autocast) if job.autocast else None
+        arb = job.arbitration
+        if arb.variability is not None:
+            self.compute = Jittered(self.compute, arb.variability, self.prank, job.seed,
+                                    (job.table.n_stages, job.table.n_microbatches), self.device)
+        self.prio = row_priority(self.row, arb.hint)
+        self.rowpos = {a: k for k, a in enumerate(self.row)}
+        self.ranked = sorted(self.row, key=self.prio.__getitem__)
+        self.gated = arb.max_inflight is not None or arb.memory_cap is not None
+        self.admission = admission_order(self.row)
+        self.delayed = DelayedSender() if arb.variability is not None and arb.variability.transfer_delay > 0 \
+            else None
+        self.tp_group = Grid(job.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)
@@ -184,23 +206,83 @@ class Rank:
         key = self._input_key(a)
         return key is None or key in local or self.transport.expects(key)
 
+    def _allowed(self, a: Action) -> bool:
+        """Whether no buffer cap holds `a` back (`octopipe.sim.hints.admits`)."""
+        if not self.gated or a.kind is not ActionKind.F or a.microbatch in self._started:
+            return True
+        arb = self.job.arbitration
+        nxt = self.admission[self._adm_next] if self._adm_next < len(self.admission) else -1
+        alloc = arb.memory.get((a.stage, 0), (0.0, 0.0))[0]
+        return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
+
+    def _agreed(self, pending: list[Action], done: set[Action], local) -> Action:
+        """With TP ranks: pick as `_pick` does, then agree with the stage's other TP ranks (one
+        scalar all-gather per round, `tensor_parallel.agree`); deferred until all pick the same."""
+        inbox = self.transport.inbox
+        while True:
+            with inbox.cv:
+                if inbox.error is not None:
+                    raise inbox.error
+                if self.control.aborted():
+                    raise Aborted()
+                a = self._pick(pending, done, local)
+            t0 = time.perf_counter()
+            ok = agree(self.rowpos[a] if a is not None else NONE, self.tp_group)
+            self._agreements.append(time.perf_counter() - t0)
+            if ok:
+                return a
+            with inbox.cv:
+                inbox.cv.wait(timeout=0.001)
+
+    def _pick(self, pending: list[Action], done: set[Action], local) -> Action | None:
+        if self.job.dispatch == "strict":
+            return pending[0] if self._ready(pending[0], done, local) else None
+        return next((a for a in pending if self._ready(a, done, local) and self._allowed(a)), None)
+
     def _next(self, pending: list[Action], done: set[Action], local) -> Action:
-        """Block until an action may run: the row's next (strict) or the first ready (ready_first)."""
+        """Block until an action may run: the row's next (strict) or the best-ranked ready one no
+        cap holds back (ready_first; `pending` is in hint order). Records each decision's cost."""
+        if self.tp_group is not None:
+            return self._agreed(pending, done, local)
         inbox = self.transport.inbox
         with inbox.cv:
             while True:
                 if inbox.error is not None:
                     raise inbox.error
+                if self.delayed is not None and self.delayed.error is not None:
+                    raise self.delayed.error
                 if self.control.aborted():
                     raise Aborted()
+                t0 = time.perf_counter()
                 if self.job.dispatch == "strict":
                     if self._ready(pending[0], done, local):
                         return pending[0]
                 else:
                     for a in pending:
-                        if self._ready(a, done, local):
+                        if self._ready(a, done, local) and self._allowed(a):
+                            self._decisions.append(time.perf_counter() - t0)
                             return a
                 inbox.cv.wait(timeout=0.05)
+
+    def _account(self, a: Action, started: bool) -> None:
+        """Live micro-batches and modelled activation bytes after `a` starts or ends."""
+        if not self.gated:
+            return
+        alloc, free = self.job.arbitration.memory.get((a.stage, KIND_CODE[a.kind]), (0.0, 0.0))
+        m = a.microbatch
+        if started:
+            self._mem += alloc
+            if a.kind is ActionKind.F:
+                if m not in self._started:
+                    self._started.add(m)
+                    self._adm_next += 1
+                self._live[m] = self._live.get(m, 0) + 1
+            return
+        self._mem -= free
+        if a.kind in (ActionKind.I, ActionKind.B):
+            self._live[m] -= 1
+            if self._live[m] == 0:
+                del self._live[m]
 
     # one action ------------------------------------------------------------------------
     def _input(self, a: Action, local: dict[Key, torch.Tensor]) -> torch.Tensor | None:
@@ -225,10 +307,20 @@ class Rank:
             self._deliver(msg[0], out, msg[1], it)
 
     def _deliver(self, key: Key, tensor: torch.Tensor, dst: int, it: int) -> None:
-        if dst == self.rank:
+        """Hand `tensor` to pipeline rank `dst`: in memory, or to its TP rank of this one's index."""
+        if dst == self.prank:
             self._local[key] = tensor
-        else:
+            return
+        dst = dst * self.job.tp + self.trank
+        if self.delayed is None:
             self.transport.send(key, tensor, dst, it)
+        else:
+            arb = self.job.arbitration
+            producer = key.stage - 1 if key.direction == FWD else key.stage + 1
+            wait = float(arb.variability.send_delay(self.compute.draws, producer, key.microbatch,
+                                                    0 if key.direction == FWD else 1, arb.delay_base_s))
+            transport = self.transport
+            self.delayed.later(time.perf_counter() + wait, lambda: transport.send(key, tensor, dst, it))
 
     def _inject(self, a: Action, it: int) -> None:
         f = self.job.fault
@@ -254,27 +346,41 @@ class Rank:
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
         self.compute.start_iteration(it)
-        self.transport.post_receives(it, expected_messages(self.job, self.rank, self.row))
+        expected = expected_messages(self.job, self.prank, self.row)
+        self.transport.post_receives(it, {k: (src * self.job.tp + self.trank, shape)
+                                          for k, (src, shape) in expected.items()})
         self._local: dict[Key, torch.Tensor] = {}
+        self._started: set[int] = set()
+        self._live: dict[int, int] = {}
+        self._adm_next, self._mem = 0, 0.0
+        self._decisions: list[float] = []
+        self._agreements: list[float] = []
         dist.barrier()
         begin = time.perf_counter()
-        pending, done = list(self.row), set()
+        pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
         for n in range(len(self.row)):
-            self.control.report(self.rank, it, n, self.row.index(pending[0]), waiting=True)
+            self.control.report(self.rank, it, n, min(map(self.rowpos.__getitem__, pending)), waiting=True)
             a = self._next(pending, done, self._local)
             x = self._input(a, self._local)
             self.control.report(self.rank, it, n, self.row.index(a), waiting=False)
             self._inject(a, it)
             t0 = time.perf_counter()
+            self._account(a, True)
             self._run(a, x, it)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.events.append({"it": it, "action": str(a), "start": t0, "end": time.perf_counter()})
+            self._account(a, False)
             pending.remove(a)
             done.add(a)
+        if self.delayed is not None:
+            self.delayed.drain()
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
-        self.events.append({"it": it, "begin": begin, "finish": time.perf_counter()})
+        self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
+                            "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
+                            "agree_us": 1e6 * float(np.mean(self._agreements)) if self._agreements else None,
+                            "agree_rounds": len(self._agreements)})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})

@@ -12,13 +12,13 @@ of each communication semantics are in `octopipe.sim.deadlock`'s docstring.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Sequence
 
 import numpy as np
 
-from octopipe.errors import ConfigError
 from octopipe.sim.durations import Durations
+from octopipe.sim.hints import admits, priority
 from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, Program
 
 EAGER, RENDEZVOUS, BATCHED = "eager", "rendezvous", "batched"
@@ -198,19 +198,20 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
 
 
 def hint_priority(prog: Program, hint: str) -> list[int]:
-    """Rank of each compute node (lower runs first): the row position, BF or BFW classes first."""
-    pos = prog.c_rowpos
-    if hint == "table":
-        return pos.tolist()
-    k = prog.c_kind
-    big = int(pos.max(initial=0)) + 1
-    if hint == "bf":
-        cls = np.where(k == 0, 1, 0)            # backward (I, B, W) before forward
-    elif hint == "bfw":
-        cls = np.select([k == 0, k == 2], [1, 2], 0)   # I/B, then F, then deferred W
-    else:
-        raise ConfigError(f"sim.hint={hint!r} is not a hint; use table, bf or bfw")
-    return (cls * big + pos).tolist()
+    """Rank of each compute node (lower runs first): `octopipe.sim.hints.priority`."""
+    return priority(prog.c_kind, prog.c_rowpos, hint).tolist()
+
+
+def _admission(prog: Program) -> list[list[int]]:
+    """Per device, its micro-batches in the order its row's forwards first name them."""
+    out: list[list[int]] = []
+    for d in range(prog.n_devices):
+        seen: dict[int, None] = {}
+        for c in prog.row_id[d][prog.row_type[d] == CELL_COMPUTE].tolist():
+            if prog.c_kind[c] == 0:
+                seen.setdefault(int(prog.c_mb[c]), None)
+        out.append(list(seen))
+    return out
 
 
 def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
@@ -218,8 +219,8 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
                     mem_limit: Sequence[float] | None = None) -> Raw:
     """An idle device runs its best-ranked ready compute node (messages are eager).
 
-    `max_inflight[d]` caps the micro-batches whose activations device d holds (an F waits while
-    F's minus finished backwards (I or B) reach it); `mem_limit[d]` caps its activation bytes.
+    `max_inflight[d]` caps the micro-batches live on device d and `mem_limit[d]` its activation
+    bytes at each admission, as `octopipe.sim.hints` defines (the runtime dispatcher's rule).
     """
     key = f"prio:{hint}"
     if key not in prog._cache:
@@ -228,6 +229,7 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
     L = prog.lists()
     n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
     c_dev, c_kind, in_t, out_t = L["c_dev"], L["c_kind"], L["c_in_transfer"], L["c_out_transfer"]
+    c_mb = prog.c_mb.tolist()
     lp_ptr, ls_ptr, ls_idx = L["lp_ptr"], L["ls_ptr"], L["ls_idx"]
     t_dst, t_link, t_cons = L["t_dst"], L["t_link"], L["t_consumer"]
     cdur, tdur = dur.compute.tolist(), dur.transfer.tolist()
@@ -241,9 +243,23 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
     busy = [False] * n_d
     mem = [0.0] * n_d
     peak = [0.0] * n_d
-    inflight = [0] * n_d
     cap_n = list(max_inflight) if max_inflight is not None else None
     cap_b = list(mem_limit) if mem_limit is not None else None
+    gated = cap_n is not None or cap_b is not None
+    adm = _admission(prog) if gated else []
+    adm_next = [0] * n_d
+    n_mb = prog.n_microbatches
+    live = [[0] * n_mb for _ in range(n_d)]
+    started = [[False] * n_mb for _ in range(n_d)]
+    n_live = [0] * n_d
+
+    def allowed(d: int, c: int) -> bool:
+        m = c_mb[c]
+        if started[d][m]:
+            return True
+        nxt = adm[d][adm_next[d]] if adm_next[d] < len(adm[d]) else -1
+        return admits(m, nxt, n_live[d], None if cap_n is None else cap_n[d], mem[d], alloc[c],
+                      None if cap_b is None else cap_b[d])
     blocked_since = [-1.0] * n_d
     blocked_total = [0.0] * n_d
     order: list[list[int]] = [[] for _ in range(n_d)]
@@ -260,11 +276,15 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
         pick = -1
         held = False
         if f:
-            c = f[0][1]
-            if (cap_n is not None and inflight[d] >= cap_n[d]) or \
-                    (cap_b is not None and mem[d] + alloc[c] > cap_b[d]):
+            top = f[0]
+            if gated and not allowed(d, top[1]):
                 held = True
-            elif not b or f[0][0] < b[0][0]:
+                top = next((e for e in sorted(f) if allowed(d, e[1])), None)
+                if top is not None and (not b or top[0] < b[0][0]):
+                    f.remove(top)
+                    heapify(f)
+                    pick = top[1]
+            elif not b or top[0] < b[0][0]:
                 pick = heappop(f)[1]
         if pick < 0 and b:
             pick = heappop(b)[1]
@@ -278,8 +298,13 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
         busy[d] = True
         start[pick] = now
         order[d].append(pick)
-        if c_kind[pick] == 0:
-            inflight[d] += 1
+        if gated and c_kind[pick] == 0:
+            m = c_mb[pick]
+            if not started[d][m]:
+                started[d][m] = True
+                adm_next[d] += 1
+                n_live[d] += 1
+            live[d][m] += 1
         m = mem[d] + alloc[pick]
         mem[d] = m
         if m > peak[d]:
@@ -299,8 +324,11 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
                 busy[d] = False
                 mem[d] -= free[ev]
                 k = c_kind[ev]
-                if k == 1 or k == 3:
-                    inflight[d] -= 1
+                if gated and (k == 1 or k == 3):
+                    m = c_mb[ev]
+                    live[d][m] -= 1
+                    if live[d][m] == 0:
+                        n_live[d] -= 1
                 dirty.add(d)
                 for j in range(ls_ptr[ev], ls_ptr[ev + 1]):
                     s = ls_idx[j]

@@ -25,9 +25,10 @@ from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.deadlock import Deadlock, analyze
 from octopipe.sim.durations import Durations, bind, uniform
 from octopipe.sim.engine import EAGER, SEMANTICS, Raw, run_ready_first, run_strict
+from octopipe.sim.hints import HINTS
 from octopipe.sim.program import Program, compile_table
 from octopipe.sim.result import SimResult
-from octopipe.sim.variability import Jitter, MonteCarlo
+from octopipe.sim.variability import Jitter, MonteCarlo, Variability
 
 POLICIES = ("strict", "ready_first")
 
@@ -49,7 +50,6 @@ def _no_gc():
     finally:
         if was:
             gc.enable()
-HINTS = ("table", "bf", "bfw")
 
 
 def _check(policy: str, semantics: str, hint: str) -> None:
@@ -67,9 +67,9 @@ def _check(policy: str, semantics: str, hint: str) -> None:
 @dataclass(frozen=True)
 class ReadyFirst:
     """The ready-first policy: an idle device runs its best-ranked ready compute; `hint` ranks
-    them (table, bf, bfw), `max_inflight` caps the micro-batches holding activations per device
-    (one value or one per device), `memory_limit` holds an F back when it would exceed the
-    device's memory (True) or the given bytes per device."""
+    them (table, bf, bfw), `max_inflight` caps the micro-batches live per device (one value or
+    one per device), `memory_limit` holds an admission back when it would exceed the device's
+    memory (True) or the given bytes per device; `octopipe.sim.hints` defines both."""
 
     hint: str = "table"
     max_inflight: int | Sequence[int] | None = None
@@ -138,7 +138,7 @@ class Simulator:
             return run_ready_first(self.program, dur, hint, caps, mem)
 
     def run(self, durations: Durations | None = None, *, policy: Policy = "strict",
-            semantics: str = EAGER, jitter: Jitter | None = None,
+            semantics: str = EAGER, jitter: Jitter | Variability | None = None,
             seed: int | np.random.Generator | None = 0, check_memory: bool = False) -> SimResult:
         """Simulate once under `policy` ("strict", or ready-first: "ready_first" or a `ReadyFirst`
         with its hint and limits); raises DeadlockError (with the cycle on the grid) if the table
@@ -167,7 +167,7 @@ class Simulator:
         raw = run_strict(self.program, uniform(self.program), semantics)
         return None if raw.stuck is None else analyze(self.program, raw.stuck, semantics, "strict")
 
-    def monte_carlo(self, runs: int, jitter: Jitter, seed: int = 0, **kw) -> MonteCarlo:
+    def monte_carlo(self, runs: int, jitter: Jitter | Variability, seed: int = 0, **kw) -> MonteCarlo:
         """`runs` jittered simulations from one seed; kwargs as in `run`."""
         if runs < 1:
             raise ConfigError(f"sim.monte_carlo={runs}: need at least one run")

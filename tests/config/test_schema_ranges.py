@@ -36,7 +36,8 @@ EXPERIMENT_PRESET = {"octopipe_authors": ["experiment=octopipe_authors"], "tabul
                      "suite": ["experiment=suite"], "suite_large": ["experiment=suite_large"],
                      "layouts": ["experiment=layouts"],
                      "pipedream": ["experiment=pipedream"],
-                     "ablation": ["experiment=ablation"]}
+                     "ablation": ["experiment=ablation"],
+                     "rrfp": ["experiment=rrfp"]}
 
 
 def _numeric(tp: Any) -> tuple[type, bool] | None:

@@ -78,9 +78,12 @@ def test_compute_order_against_data_is_a_self_wait():
 
 
 def test_memory_limit_deadlock_is_raised_not_looped():
-    # two stages on one device: its in-flight limit of 1 holds 0F1 while 1F0 still needs room
+    # the cap counts micro-batches: two stages of one micro-batch on one device hold one slot
     t = ScheduleTable.from_strings([["0F0", "1F0", "1B0", "0B0", "0F1", "1F1", "1B1", "0B1"]], (0, 0), 2)
-    sim = Simulator(t).uniform()
+    assert Simulator(t).uniform().run(policy=ReadyFirst(max_inflight=1)).makespan > 0
+    # Chimera's two pipelines admit micro-batches in opposite orders: one slot each deadlocks
+    from octopipe.schedule.library import build_schedule
+    sim = Simulator(build_schedule("chimera", 2, 2)).uniform()
     assert sim.run(policy=ReadyFirst(max_inflight=2)).makespan > 0
     with pytest.raises(DeadlockError, match="in-flight"):
         sim.run(policy=ReadyFirst(max_inflight=1))

@@ -1,0 +1,168 @@
+"""Tensor parallelism inside a stage: the pp x tp grid, its checks and RRFP's agreement.
+
+World rank r is TP rank `r % tp` of pipeline rank `r // tp`; the TP ranks of one pipeline rank
+form its TP group. Within a stage the layers are the Megatron variants of
+`octopipe.layers.tensor_parallel`. Under ready-first dispatch the TP ranks of a stage must issue
+identical collectives in identical order, so before a task with TP collectives they `agree`: an
+all-gather of one scalar (the task each would pick, -1 for none); the task runs only if every
+rank picked it, otherwise it is deferred and each picks again (see runtime/README.md).
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from octopipe.errors import ConfigError
+from octopipe.layers.batch import microbatch
+from octopipe.layers.build import build_layer
+from octopipe.layers.tensor_parallel import TP_KINDS, shard_grads, tp_layer, tp_problem
+from octopipe.model.layer import LayerKind
+from octopipe.model.spec import ModelSpec
+from octopipe.runtime.stage import max_rel_err
+
+NONE = -1
+
+
+@dataclass(frozen=True)
+class Grid:
+    """`pp` pipeline ranks, each `tp` TP ranks wide."""
+
+    pp: int
+    tp: int
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.tp
+
+    def coords(self, rank: int) -> tuple[int, int]:
+        """(pipeline rank, TP rank) of a world rank."""
+        return rank // self.tp, rank % self.tp
+
+    def rank(self, pipeline_rank: int, tp_rank: int) -> int:
+        return pipeline_rank * self.tp + tp_rank
+
+    def tp_groups(self) -> list:
+        """One process group per pipeline rank over its TP ranks (every rank creates every
+        group, in the same order, as torch requires)."""
+        return [dist.new_group([self.rank(p, t) for t in range(self.tp)]) for p in range(self.pp)]
+
+
+def check_grid(model: ModelSpec | None, tp: int, pp: int, ranks: int | None = None) -> Grid:
+    """The grid, or a ConfigError naming the field: tp out of range, a tp that does not divide a
+    layer's heads / FFN width / experts / vocabulary, or more ranks than there are."""
+    if tp < 1 or tp > 64:
+        raise ConfigError(f"runtime.tp={tp} must lie in [1, 64]")
+    if ranks is not None and tp * pp > ranks:
+        raise ConfigError(f"runtime.tp={tp} x pp={pp} = {tp * pp} ranks, more than the {ranks} "
+                          "available; lower tp or pp")
+    if model is not None and tp > 1:
+        if model.layers and model.layers[0].hidden % tp:
+            raise ConfigError(f"runtime.tp={tp} does not divide the hidden size "
+                              f"{model.layers[0].hidden}; choose a divisor")
+        for spec in model.layers:
+            problem = tp_problem(spec, tp, model.vocab)
+            if problem is not None:
+                raise ConfigError(f"runtime.{problem}; choose a tp that divides it")
+    return Grid(pp, tp)
+
+
+def agree(pick: int, group) -> bool:
+    """Whether every rank of `group` picked the same task `pick` (an all-gather of one scalar);
+    `NONE` (no ready task) never agrees."""
+    n = dist.get_world_size(group)
+    mine = torch.tensor([pick], dtype=torch.int64)
+    picks = [torch.empty(1, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(picks, mine, group=group)
+    return pick != NONE and all(int(p) == pick for p in picks)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a process group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _agreement_worker(t: int, n: int, port: int, rounds: int, out) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=t, world_size=n)
+    group = dist.new_group(list(range(n)))
+    agree(0, group)
+    t0 = time.perf_counter()
+    for k in range(rounds):
+        agree(k, group)
+    out.put((t, (time.perf_counter() - t0) / rounds))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def agreement_cost_s(tp: int = 2, rounds: int = 200) -> float:
+    """Seconds one agreement (a scalar all-gather over `tp` gloo ranks on this machine) takes,
+    the mean over `rounds`, slowest rank."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_agreement_worker, args=(t, tp, port, rounds, out)) for t in range(tp)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return max(s for _, s in got)
+
+
+def layer_errors(models: list[ModelSpec], t: int, tp: int, group) -> dict[str, float]:
+    """Per layer of `models` (seed 0, micro-batch 0): the largest relative error of rank t's
+    variant (output, input gradient, every parameter gradient) against the whole layer, whose
+    gradients `shard_grads` slices; the first layer's output feeds the next."""
+    errs = {}
+    for model in models:
+        batch = microbatch(model, 0, 0, 0)
+        x = None
+        for i, spec in enumerate(model.layers):
+            whole = build_layer(model, i, seed=0)
+            part = tp_layer(build_layer(model, i, seed=0), spec, t, tp, group)
+            if x is None or not x.is_floating_point():
+                x = whole(x, batch).detach()
+                continue
+            xw, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+            out_w = whole(xw, batch)
+            probe = torch.randn(out_w.shape, generator=torch.Generator().manual_seed(i))
+            out_p = part(xp, batch)
+            (out_w * probe).sum().backward()
+            (out_p * probe).sum().backward()
+            want = {"out": out_w.detach(), "dx": xw.grad}
+            want |= shard_grads(whole, spec, t, tp) if spec.kind in TP_KINDS else \
+                {n: p.grad for n, p in whole.named_parameters()}
+            got = {"out": out_p.detach(), "dx": xp.grad} | {n: p.grad for n, p in part.named_parameters()}
+            errs[f"{model.name}/{i}:{spec.kind.value}"] = max_rel_err(got, want)
+            if spec.kind is not LayerKind.HEAD:
+                x = out_w.detach()
+    return errs
+
+
+def _exactness_worker(t: int, tp: int, port: int, models: list[ModelSpec], out) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=t, world_size=tp)
+    out.put(layer_errors(models, t, tp, dist.new_group(list(range(tp)))))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def tp_exactness(models: list[ModelSpec], tp: int = 2) -> dict[str, float]:
+    """`layer_errors` on `tp` gloo ranks; per layer, the worst rank."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_exactness_worker, args=(t, tp, port, models, out)) for t in range(tp)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return {k: max(g[k] for g in got) for k in got[0]}
