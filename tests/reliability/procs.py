@@ -29,6 +29,28 @@ def descendants(pid: int) -> list[int]:
     return sorted(found)
 
 
+def _started(pid: int) -> int:
+    """The process's start time in clock ticks since boot (pids wrap around; start times do not)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _is_forkserver(pid: int) -> bool:
+    try:
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def forked_ranks(pid: int) -> list[int]:
+    """The processes a forkserver below `pid` forked (the ranks), oldest first."""
+    parents = _parents()
+    servers = {p for p in descendants(pid) if _is_forkserver(p)}
+    return sorted((c for c, pp in parents.items() if pp in servers), key=_started)
+
+
 def gone(pid: int) -> bool:
     """No such process, or only its zombie left for a parent to reap."""
     try:

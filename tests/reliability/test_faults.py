@@ -15,7 +15,7 @@ from octopipe.plan import uniform_partition
 from octopipe.runtime.job import Fault
 from octopipe.runtime.launch import execute
 from octopipe.schedule.library import build_schedule
-from tests.reliability.procs import descendants, wait_until
+from tests.reliability.procs import forked_ranks, wait_until
 from tests.runtime import tiny
 
 MODEL = tiny.hybrid()
@@ -62,10 +62,10 @@ def test_the_watchdog_names_a_stopped_rank():
     ranks: list[int] = []
 
     def stop_rank_1():
-        # descendants: the forkserver, the resource tracker, then the ranks (forked in rank order)
-        if wait_until(lambda: len(descendants(me)) >= 5, timeout=120):
+        # the forkserver's children are the ranks, forked in rank order
+        if wait_until(lambda: len(forked_ranks(me)) >= 3, timeout=120):
             wait_until(lambda: False, timeout=0.5)
-            ranks.extend(descendants(me)[-3:])
+            ranks.extend(forked_ranks(me)[-3:])
             os.kill(ranks[1], signal.SIGSTOP)
 
     t = threading.Thread(target=stop_rank_1, daemon=True)
