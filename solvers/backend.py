@@ -47,7 +47,10 @@ def cbc(**options: Any) -> pulp.COIN_CMD:
 def make_solver(cfg: SolverConfig) -> pulp.LpSolver:
     """The PuLP solver object for `cfg`; SolverUnavailableError if HiGHS is asked for but absent."""
     if cfg.name == "cbc":
-        return cbc(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=cfg.threads,
+        # one thread: CBC's serial branch and bound; its threaded one with -threads 1 parks a
+        # worker in a timed wait that the main thread joins, stalling a solve for seconds
+        threads = None if cfg.threads == 1 else cfg.threads
+        return cbc(msg=cfg.msg, timeLimit=cfg.time_limit_s, gapRel=cfg.gap, threads=threads,
                    options=list(cfg.cbc_options), maxNodes=cfg.max_nodes)
     if not highs_available():
         raise SolverUnavailableError("solver=highs needs the HiGHS Python bindings, which are not "

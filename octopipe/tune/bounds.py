@@ -95,7 +95,7 @@ def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 12
         prob += T >= float(start[k]) + M * pulp.lpSum(tw * n[t, k] for t, ((tw, _), _) in enumerate(tv))
         prob += T >= (float(start[k]) + float(chain[k])
                       + M * pulp.lpSum(tfi * n[t, k] for t, ((_, tfi), _) in enumerate(tv)))
-    prob.solve(cbc(msg=False, timeLimit=time_cap_s, maxNodes=max_nodes, threads=1))
+    prob.solve(cbc(msg=False, timeLimit=time_cap_s, maxNodes=max_nodes))   # serial CBC: see make_solver
     if prob.sol_status != pulp.LpSolutionOptimal or T.value() is None:
         return base
     # CBC's optimum is exact up to its integrality tolerance; shave a hair so the bound stays valid
