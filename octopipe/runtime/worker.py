@@ -403,6 +403,17 @@ def keep_heap() -> bool:
     return bool(mallopt(m_mmap_threshold, 64 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
 
 
+def report_failure(control: Control, rank: int, e: BaseException) -> None:
+    """Tell the launcher why this rank stops: an abort (another rank failed first), a lost
+    connection (a consequence) or its own error, with the traceback."""
+    if isinstance(e, Aborted):
+        control.fail(rank, "stopped because another rank failed", "", peer=True)
+        return
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    control.fail(rank, f"{type(e).__name__}: {first}", traceback.format_exc(),
+                 peer=isinstance(e, ConnectionError))
+
+
 def rank_main(rank: int, job: RankJob, control: Control) -> None:
     """Process entry point (torch.multiprocessing.spawn passes the rank first)."""
     keep_heap()
@@ -428,12 +439,7 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
                    os.path.join(job.result_dir, f"rank{rank}.pt"))
         dist.barrier()
         control.finished(rank)
-    except Aborted:
-        control.fail(rank, "stopped because another rank failed", "", peer=True)
-        os._exit(1)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-        control.fail(rank, f"{type(e).__name__}: {first}", traceback.format_exc(),
-                     peer=isinstance(e, ConnectionError))
+        report_failure(control, rank, e)
         os._exit(1)
     os._exit(0)

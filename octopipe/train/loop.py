@@ -12,7 +12,6 @@ import json
 import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,7 +25,7 @@ from octopipe.plan import Plan
 from octopipe.runtime.launch import check_job, free_port, run_ranks
 from octopipe.runtime.transport import choose_transport
 from octopipe.runtime.stage import StageModule, as_blocks
-from octopipe.runtime.worker import Aborted, Rank, RankJob, keep_heap
+from octopipe.runtime.worker import Rank, RankJob, keep_heap, report_failure
 from octopipe.train import checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
 
@@ -121,13 +120,8 @@ def train_rank_main(rank: int, job: TrainRankJob, control) -> None:
     """Process entry of one locally launched training rank (the launcher passes the rank first)."""
     try:
         train_rank(rank, job, control)
-    except Aborted:
-        control.fail(rank, "stopped because another rank failed", "", peer=True)
-        os._exit(1)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-        control.fail(rank, f"{type(e).__name__}: {first}", traceback.format_exc(),
-                     peer=isinstance(e, ConnectionError))
+        report_failure(control, rank, e)
         os._exit(1)
     os._exit(0)
 

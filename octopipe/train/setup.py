@@ -24,7 +24,6 @@ from octopipe.measure.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.hf import vocab_of
 from octopipe.model.params import model_params
-from octopipe.model.spec import ModelSpec
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.runtime.stage import SpecBlocks
