@@ -32,12 +32,14 @@ def json_text(doc: Any) -> str:
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` on a temporary file beside `path`, then rename it into place."""
+    """Call `write(tmp)` on a temporary file beside `path`, then rename it into place; a writer
+    that has nothing to write (a figure of a case the run left out) leaves no file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
     try:
         write(tmp)
-        os.replace(tmp, path)
+        if tmp.exists():
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
