@@ -26,9 +26,9 @@ class SimConfig:
     monte_carlo: int = setting(0, "N > 0: N seeded jittered runs, makespan mean/std/percentiles",
                                ge=0)
     max_inflight: int | None = setting(
-        None, "ready_first: cap on the forward actions (stage, micro-batch) per device whose "
-              "activations are held at once; a micro-batch counts once per stage the device holds "
-              "(2 per micro-batch on a V or 2-chunk interleaved schedule, so ZB-V needs >= 2)", ge=1)
+        None, "ready_first: cap on the micro-batches live on a device at once (from their first "
+              "F there to their last backward there; a V-shaped device's two stages of one "
+              "micro-batch hold one slot), admitted in the order the row names them", ge=1)
     max_actions: int = setting(
         100_000, "mode=simulate and compare refuse a table estimated above this many compute "
                  "actions, with the estimate (time and memory grow with it); raise it to go on",

@@ -105,3 +105,13 @@ def test_plan_s_memory_message_counts_the_activations(tmp_path, capsys):
 def test_unbounded_simulations_are_refused_up_front_with_the_override(mode, mbs, tmp_path, capsys):
     line = fails([f"mode={mode}", "model=tiny_hybrid", f"microbatches={mbs}"], tmp_path, capsys)
     assert "sim.max_actions=" in line and f"{mbs} micro-batches" in line
+
+
+def test_max_inflight_counts_micro_batches_so_one_runs_zbv_on_two_devices(tmp_path, capsys):
+    """`sim.max_inflight` counted forward actions while its doc said micro-batches, so 1 deadlocked
+    ZB-V on 2 devices (a V-shaped device holds two stages of each micro-batch)."""
+    run = tmp_path / "run"
+    code, err = run_in_process([*SIM, "schedule=zbv", "pp=2", "microbatches=4", "sim.policy=ready_first",
+                                "sim.max_inflight=1", f"hydra.run.dir={run}"], capsys)
+    assert code == 0, err
+    assert json.loads((run / "summary.json").read_text())["makespan_s"] > 0
