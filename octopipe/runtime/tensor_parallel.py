@@ -101,19 +101,24 @@ def _agreement_worker(t: int, n: int, port: int, rounds: int, out) -> None:
     dist.destroy_process_group()
 
 
-def agreement_cost_s(tp: int = 2, rounds: int = 200) -> float:
-    """Seconds one agreement (a scalar all-gather over `tp` gloo ranks on this machine) takes,
-    the mean over `rounds`, slowest rank."""
+def _on_ranks(worker, tp: int, args: tuple, timeout_s: float) -> list:
+    """Run `worker(t, tp, port, *args, queue)` on `tp` spawned gloo ranks; what each put."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_agreement_worker, args=(t, tp, port, rounds, out)) for t in range(tp)]
+    procs = [ctx.Process(target=worker, args=(t, tp, port, *args, out)) for t in range(tp)]
     for p in procs:
         p.start()
-    got = [out.get(timeout=300) for _ in procs]
+    got = [out.get(timeout=timeout_s) for _ in procs]
     for p in procs:
         p.join(timeout=30)
-    return max(s for _, s in got)
+    return got
+
+
+def agreement_cost_s(tp: int = 2, rounds: int = 200) -> float:
+    """Seconds one agreement (a scalar all-gather over `tp` gloo ranks on this machine) takes,
+    the mean over `rounds`, slowest rank."""
+    return max(s for _, s in _on_ranks(_agreement_worker, tp, (rounds,), timeout_s=300))
 
 
 def layer_errors(models: list[ModelSpec], t: int, tp: int, group) -> dict[str, float]:
@@ -156,13 +161,5 @@ def _exactness_worker(t: int, tp: int, port: int, models: list[ModelSpec], out) 
 
 def tp_exactness(models: list[ModelSpec], tp: int = 2) -> dict[str, float]:
     """`layer_errors` on `tp` gloo ranks; per layer, the worst rank."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_exactness_worker, args=(t, tp, port, models, out)) for t in range(tp)]
-    for p in procs:
-        p.start()
-    got = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    got = _on_ranks(_exactness_worker, tp, (models,), timeout_s=600)
     return {k: max(g[k] for g in got) for k in got[0]}

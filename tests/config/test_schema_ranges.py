@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe import run as cli
+from tests.reliability.cli import run_in_process
 from octopipe.config import Config, load, register
 from octopipe.config.cost import COST_SOURCES
 from octopipe.config.experiment import EXPERIMENTS
@@ -132,16 +133,7 @@ def test_every_numeric_field_has_a_range(key, kind, as_list, bounds, presets):
 
 def run_cli(argv: list[str], tmp_path: Path, capsys) -> tuple[int, list[str]]:
     """`python -m octopipe.run ARGV` in-process: its exit status and its stderr lines."""
-    old = sys.argv
-    sys.argv = ["octopipe.run", *argv, f"hydra.run.dir={tmp_path / 'run'}"]
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err.strip().splitlines()
+    return run_in_process([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
 
 
 CASES = [(key, f"{key}={_value(bad, as_list)}", presets, what)
