@@ -237,3 +237,35 @@ def shard_grads(whole: nn.Module, spec: LayerSpec, t: int, tp: int) -> dict[str,
         for p, q in zip(whole.parameters(), view.parameters()):
             q.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
     return {n: p.detach() for n, p in tp_layer(view, spec, t, tp, None).named_parameters()}
+
+
+def shard_index(whole: nn.Module, spec: LayerSpec, t: int, tp: int) -> dict[str, tuple[str, torch.Tensor]]:
+    """Where rank t's variant of `whole` sits in it: per parameter of the variant (by its name),
+    the whole layer's parameter it slices and the flat positions it holds there. Found by sharding
+    a float64 copy of `whole` whose parameters hold their own positions, so it follows
+    `tp_layer` whatever it cuts (a replicated parameter maps onto all of its positions)."""
+    view = copy.deepcopy(whole).double()
+    names, offsets, total = [], [], 0
+    with torch.no_grad():
+        for name, p in view.named_parameters():
+            p.copy_(torch.arange(total, total + p.numel(), dtype=torch.float64).view_as(p))
+            names.append(name)
+            offsets.append(total)
+            total += p.numel()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)   # the variant's fresh linears must hold positions exactly
+    try:
+        part = tp_layer(view, spec, t, tp, None)
+    finally:
+        torch.set_default_dtype(before)
+    starts = torch.tensor(offsets, dtype=torch.int64)
+    out = {}
+    for name, q in part.named_parameters():
+        pos = q.detach().reshape(-1).long()
+        k = int(torch.searchsorted(starts, pos[:1], right=True)[0]) - 1
+        local = pos - offsets[k]
+        size = dict(view.named_parameters())[names[k]].numel()
+        if local.numel() and (int(local.min()) < 0 or int(local.max()) >= size):
+            raise ValueError(f"{spec.label}: {name} spans several parameters of the whole layer")
+        out[name] = (names[k], local)
+    return out

@@ -14,6 +14,7 @@ import numpy as np
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import ScheduleError
+from octopipe.model.spec import ModelSpec
 from octopipe.runtime.job import Job
 from octopipe.runtime.tensor_parallel import check_grid
 from octopipe.schedule.table import ScheduleTable
@@ -92,9 +93,12 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
     variability_of(config, job)
     if config.tp > 1:
         check_grid(job.model if config.compute == "real" else None, config.tp, table.n_devices)
-        if config.compute != "emulated":
-            raise ScheduleError(f"runtime.tp={config.tp}: the pipeline runs TP stages with compute=emulated "
-                                "only (real TP layers: octopipe/layers/tensor_parallel.py); use runtime.tp=1")
+        if config.compute == "real" and not isinstance(job.model, ModelSpec):
+            raise ScheduleError(f"runtime.tp={config.tp} splits a ModelSpec's layers; a user block list "
+                                "has no tensor-parallel variant: use runtime.tp=1")
+        if config.compute == "real" and job.weights is not None:
+            raise ScheduleError(f"runtime.tp={config.tp} runs synchronous training only; an asynchronous "
+                                "weight policy needs runtime.tp=1")
         if transport != "tagged" or any(len({pl[s] for pl in table.all_placements()}) > 1
                                          for s in range(table.n_stages)):
             raise ScheduleError(f"runtime.tp={config.tp} needs the tagged transport and no replicated "

@@ -30,6 +30,7 @@ from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.lifeline import rank_entry
+from octopipe.runtime.tensor_parallel import assemble
 from octopipe.runtime.transport import choose_transport
 from octopipe.runtime.worker import RankJob
 from octopipe.schedule.table import ScheduleTable
@@ -285,13 +286,13 @@ def _check(job: Job) -> ScheduleTable:
         raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec")
     compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
     check_arbitration(job, compute_table, choose_transport(config.backend, config.transport, config.device)[0])
-    world = table.n_devices
+    world = table.n_devices * config.tp
     if config.backend == "nccl" and torch.cuda.device_count() < world:
-        raise ScheduleError(f"backend=nccl needs a GPU per rank: the table has {world} ranks and this machine "
+        raise ScheduleError(f"backend=nccl needs a GPU per rank: the job has {world} ranks and this machine "
                             f"{torch.cuda.device_count()} GPU(s), and NCCL refuses two ranks on one GPU; use "
                             f"backend=gloo with device=cuda to share GPUs")
     if job.pinned is not None and len(job.pinned) != world:
-        raise ScheduleError(f"the job pins {len(job.pinned)} cores but the table has {world} ranks; "
+        raise ScheduleError(f"the job pins {len(job.pinned)} cores but it has {world} ranks; "
                             "give one core per rank")
     return compute_table
 
@@ -352,6 +353,9 @@ def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> Executio
     per_it: list[dict[int, float]] = [{} for _ in range(iterations)]
     for d in docs:
         grads.update(d["grads"])
+    if any(d.get("grad_shards") for d in docs):     # tp > 1: each TP rank's slices, made whole
+        grads.update(assemble(d["grad_shards"] for d in docs))
+    for d in docs:
         for it, losses in enumerate(d["losses"]):
             per_it[it].update(losses)
     losses = [sum(v.values()) / len(v) if v else float("nan") for v in per_it]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -19,8 +20,8 @@ import torch.multiprocessing as mp
 
 from octopipe.errors import ConfigError
 from octopipe.layers.batch import microbatch
-from octopipe.layers.build import build_layer
-from octopipe.layers.tensor_parallel import TP_KINDS, shard_grads, tp_layer, tp_problem
+from octopipe.layers.build import build_layer, carry_shape
+from octopipe.layers.tensor_parallel import TP_KINDS, shard_grads, shard_index, tp_layer, tp_problem
 from octopipe.model.layer import LayerKind
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.stage import max_rel_err
@@ -71,14 +72,82 @@ def check_grid(model: ModelSpec | None, tp: int, pp: int, ranks: int | None = No
     return Grid(pp, tp)
 
 
-def agree(pick: int, group) -> bool:
-    """Whether every rank of `group` picked the same task `pick` (an all-gather of one scalar);
-    `NONE` (no ready task) never agrees."""
+def agree(pick: int, group, device: torch.device | None = None) -> bool:
+    """Whether every rank of `group` picked the same task `pick` (an all-gather of one scalar,
+    on `device`: the CPU for gloo, the rank's GPU for NCCL); `NONE` (no ready task) never agrees."""
     n = dist.get_world_size(group)
-    mine = torch.tensor([pick], dtype=torch.int64)
-    picks = [torch.empty(1, dtype=torch.int64) for _ in range(n)]
+    mine = torch.tensor([pick], dtype=torch.int64, device=device)
+    picks = [torch.empty(1, dtype=torch.int64, device=device) for _ in range(n)]
     dist.all_gather(picks, mine, group=group)
     return pick != NONE and all(int(p) == pick for p in picks)
+
+
+@dataclass(frozen=True)
+class TPBlocks:
+    """A ModelSpec's layers as TP rank `t` of `tp` holds them, as a block list
+    (`octopipe.runtime.stage`): the Megatron variant of each layer kind that has one
+    (`tp_layer`, collectives over `group`), every other layer replicated whole."""
+
+    model: ModelSpec
+    t: int
+    tp: int
+    group: object = field(compare=False, repr=False)
+
+    @property
+    def n_blocks(self) -> int:
+        return self.model.n_layers
+
+    def build(self, index: int, seed: int = 0) -> torch.nn.Module:
+        return tp_layer(build_layer(self.model, index, seed), self.model.layers[index], self.t, self.tp,
+                        self.group)
+
+    def carry_shape(self, index: int) -> tuple[int, ...]:
+        return carry_shape(self.model, index)
+
+
+Shards = dict[str, tuple[tuple[int, ...], torch.Tensor, torch.Tensor]]
+"""Whole parameter name -> (its shape, the flat positions a rank holds, their values)."""
+
+
+def rank_shards(stages: Iterable, blocks: TPBlocks, seed: int,
+                value: Callable[[torch.nn.Parameter], torch.Tensor]) -> Shards:
+    """What TP rank `blocks.t` holds of every parameter of its `stages` (StageModules built from
+    `blocks`), under the single-process model's names (`layers.<index>.<name>`); `value` reads a
+    parameter (its gradient, its data)."""
+    out: Shards = {}
+    for stage in stages:
+        for j, layer in stage.layers.items():
+            whole = build_layer(blocks.model, int(j), seed)
+            shapes = {n: tuple(p.shape) for n, p in whole.named_parameters()}
+            index = shard_index(whole, blocks.model.layers[int(j)], blocks.t, blocks.tp)
+            for name, p in layer.named_parameters():
+                of, pos = index[name]
+                key, held = f"layers.{j}.{of}", value(p).detach().cpu().reshape(-1).clone()
+                if key in out:      # a second piece of the same whole parameter
+                    _, pos0, held0 = out[key]
+                    pos, held = torch.cat([pos0, pos]), torch.cat([held0, held])
+                out[key] = (shapes[of], pos, held)
+    return out
+
+
+def assemble(shards: Iterable[Shards]) -> dict[str, torch.Tensor]:
+    """The whole tensors from every TP rank's `Shards` (a replicated position is written by each
+    rank holding it); a position no rank holds is an error."""
+    flat: dict[str, torch.Tensor] = {}
+    seen: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for doc in shards:
+        for name, (shape, pos, values) in doc.items():
+            if name not in flat:
+                n = int(torch.Size(shape).numel())
+                flat[name], seen[name], shapes[name] = torch.zeros(n, dtype=values.dtype), \
+                    torch.zeros(n, dtype=torch.bool), shape
+            flat[name][pos] = values
+            seen[name][pos] = True
+    missing = sorted(n for n in flat if not bool(seen[n].all()))
+    if missing:
+        raise ValueError(f"no TP rank holds part of {missing[:3]}")
+    return {n: flat[n].view(shapes[n]) for n in flat}
 
 
 def free_port() -> int:

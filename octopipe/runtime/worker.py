@@ -26,9 +26,9 @@ from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.dispatch import Arbitration
 from octopipe.runtime.jitter import DelayedSender, Jittered
-from octopipe.runtime.tensor_parallel import NONE, Grid, agree
+from octopipe.runtime.tensor_parallel import NONE, Grid, TPBlocks, agree, rank_shards
 from octopipe.runtime.job import Fault
-from octopipe.runtime.stage import as_blocks
+from octopipe.runtime.stage import SyntheticBatches, as_blocks
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
@@ -161,14 +161,18 @@ class Rank:
         self.device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" \
             else torch.device("cpu")
         self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
+        self.tp_group = Grid(job.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
+        # real compute with tp > 1: this TP rank's shard of each layer (runtime/tensor_parallel.py)
+        self.blocks = TPBlocks(job.model, self.trank, job.tp, self.tp_group) \
+            if self.tp_group is not None and job.compute == "real" else None
         if job.compute == "emulated":
             self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
         else:
-            self.compute = RealCompute(job.model, job.partition, job.table.replica_stages_of(rank),
-                                       job.table.n_microbatches, job.seed, self.device, job.table.mb_replica,
-                                       job.weights)
-            if job.batches is not None:
-                self.compute.batches = job.batches
+            self.compute = RealCompute(self.blocks or job.model, job.partition,
+                                       job.table.replica_stages_of(self.prank), job.table.n_microbatches,
+                                       job.seed, self.device, job.table.mb_replica, job.weights)
+            if job.batches is not None or self.blocks is not None:
+                self.compute.batches = job.batches or SyntheticBatches(job.model, job.seed)
             self.compute.autocast = getattr(torch, job.autocast) if job.autocast else None
         arb = job.arbitration
         if arb.variability is not None:
@@ -181,7 +185,6 @@ class Rank:
         self.admission = admission_order(self.row)
         self.delayed = DelayedSender() if arb.variability is not None and arb.variability.transfer_delay > 0 \
             else None
-        self.tp_group = Grid(job.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
         self.groups = replica_groups(job.table)
         self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
         self.pair_groups = pair_groups(self.orders)
@@ -216,7 +219,8 @@ class Rank:
         return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
 
     def _agreed(self, pending: list[Action], done: set[Action], local) -> Action:
-        """With TP ranks: pick as `_pick` does, then agree with the stage's other TP ranks (one
+        """With TP ranks under ready_first (strict needs nothing: every TP rank runs the same row
+        in order): pick as `_pick` does, then agree with the stage's other TP ranks (one
         scalar all-gather per round, `tensor_parallel.agree`); deferred until all pick the same."""
         inbox = self.transport.inbox
         while True:
@@ -227,7 +231,7 @@ class Rank:
                     raise Aborted()
                 a = self._pick(pending, done, local)
             t0 = time.perf_counter()
-            ok = agree(self.rowpos[a] if a is not None else NONE, self.tp_group)
+            ok = agree(self.rowpos[a] if a is not None else NONE, self.tp_group, self.comm_device)
             self._agreements.append(time.perf_counter() - t0)
             if ok:
                 return a
@@ -242,7 +246,7 @@ class Rank:
     def _next(self, pending: list[Action], done: set[Action], local) -> Action:
         """Block until an action may run: the row's next (strict) or the best-ranked ready one no
         cap holds back (ready_first; `pending` is in hint order). Records each decision's cost."""
-        if self.tp_group is not None:
+        if self.tp_group is not None and self.job.dispatch == "ready_first":
             return self._agreed(pending, done, local)
         inbox = self.transport.inbox
         with inbox.cv:
@@ -425,16 +429,19 @@ def rank_main(rank: int, job: RankJob, control: Control) -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
         worker = Rank(job, rank, control)
-        losses, grads = [], {}
+        losses, grads, shards = [], {}, {}
         for it in range(job.iterations):
             worker.iteration(it)
             losses.append(dict(worker.compute.losses))
-            if it == job.iterations - 1:
+            if it == job.iterations - 1 and worker.blocks is None:
                 grads = worker.compute.named_grads()
+            elif it == job.iterations - 1:
+                shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.seed,
+                                     lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
             if worker.opt is not None:
                 worker.opt.step()
         stash = getattr(worker.compute, "weights", None)
-        torch.save({"losses": losses, "grads": grads, "events": worker.events,
+        torch.save({"losses": losses, "grads": grads, "grad_shards": shards, "events": worker.events,
                     "weights": stash.state() if stash is not None else {}},
                    os.path.join(job.result_dir, f"rank{rank}.pt"))
         dist.barrier()

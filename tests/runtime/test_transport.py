@@ -130,6 +130,6 @@ def test_local_nccl_needs_a_gpu_per_rank(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     model = tiny.dense(1)
-    with pytest.raises(ScheduleError, match="backend=nccl needs a GPU per rank: the table has 2 ranks"):
+    with pytest.raises(ScheduleError, match="backend=nccl needs a GPU per rank: the job has 2 ranks"):
         execute(tiny.job(model, uniform_partition(model.n_layers, 2), build_schedule("1f1b", 2, 2),
                          backend="nccl"))
