@@ -48,6 +48,10 @@ grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_er
 `arbitration` (when runtime.hint, max_inflight or memory_cap, or any variability field is set):
 the measured iteration against the simulator under the same policy and the same draws of the
 shared jitter model, from base stage times (observed / drawn factor), and its `error`.
+`tp` and `agreement` (runtime.tp > 1 under ready_first: RRFP's scalar all-gather, microseconds
+per round, rounds per task, its largest share of a rank's iteration; null otherwise): with
+compute=real each stage is split Megatron-style over its TP ranks (octopipe/runtime/README.md)
+and the gradient check compares the assembled shards with the single-process reference.
 `simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B
 times observed in the measured iterations: on a shared, loaded CPU this separates the simulator's
 model of the schedule (dependencies, transfers, dispatch) from the drift between offline
@@ -94,6 +98,7 @@ from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
+from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.schedule.plan_io import load_plan
@@ -304,7 +309,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     whose layers are split. A function of values: the summary, report lines and artifacts."""
     config, model = job.config, job.model
     links = rank_links(config)
-    pins = [rank_cores(config, plan.table.n_devices) for plan in plans]
+    pins = [rank_cores(config, plan.table.n_devices * config.tp) for plan in plans]   # a core per TP rank
     pinned = pins[0]
     report: list = [f"ranks pinned to cores {list(pinned)}" if pinned else "ranks not pinned"]
     # per model the plans run (split layers or not) its costs; per (model, ranks, calibration
@@ -332,6 +337,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         calibration = calibrations[key]
         c = summarise(plan_job, [execute(plan_job)], calibration)
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
+                           "agreement": agreement_cost(c.result.events, plan_job.measured),
                            "pinned": list(plan_job.pinned) if plan_job.pinned else None,
                            "arbitration": arbitration_prediction(plan_job, c.result)}
         rows.append(c)
@@ -341,7 +347,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
             artifacts.extend(plan_artifacts(plan_job.plan))
             if len(plans) > 1:
                 artifacts.append(json_artifact("trace.json", trace))
-    report.append(_table(rows, f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks, {config.compute} "
+    tp = f" x tp {config.tp}" if config.tp > 1 else ""
+    report.append(_table(rows, f"mode=execute: {model.name}, {plans[0].table.n_devices} ranks{tp}, {config.compute} "
                                f"compute, {config.dispatch}, {plans[0].table.n_microbatches} micro-batches"))
     if any(d["calibration"] for d in per.values()):
         report.append("simulated from: " + ", ".join(f"{name} <- {d['calibration'] or 'cost=profiled'}"
@@ -352,6 +359,12 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
             report.append(f"{name} under hint={arb['hint']}, max_inflight={arb['max_inflight']}, jitter_cv="
                           f"{arb['jitter_cv']}: measured {arb['measured_iteration_s']:.4f} s/iter, simulated on "
                           f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
+    for name, d in per.items():
+        agreed = d["agreement"]
+        if agreed is not None:
+            report.append(f"{name}: TP agreement {agreed['us_per_round']:.0f} us per round, "
+                          f"{agreed['rounds_per_task']:.2f} rounds per task, at most "
+                          f"{100 * agreed['max_share_of_iteration']:.1f}% of a rank's iteration")
     first = rows[0]
     calibration = calibrations[keys[0]]
     shards = plans[0].shards
@@ -375,6 +388,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         "grad_check_max_rel_err": max(errs) if errs else None,
         "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
         "arbitration": per[first.schedule]["arbitration"],
+        "tp": config.tp, "agreement": per[first.schedule]["agreement"],
         "schedules": per}
     return Result(summary, tuple(report), tuple(artifacts))
 

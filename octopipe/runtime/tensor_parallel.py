@@ -150,6 +150,26 @@ def assemble(shards: Iterable[Shards]) -> dict[str, torch.Tensor]:
     return {n: flat[n].view(shapes[n]) for n in flat}
 
 
+def agreement_cost(events: list[list[dict]], iterations: Iterable[int]) -> dict | None:
+    """What RRFP's agreement cost in a run's `iterations` (from each rank's events), or None when
+    no rank agreed (tp = 1, or strict dispatch): microseconds per round (scalar all-gather), rounds
+    per task, and the largest share of a rank's iteration spent agreeing."""
+    its = set(iterations)
+    rounds = spent = tasks = 0.0
+    share = 0.0
+    for ev in events:
+        for e in ev:
+            if e["it"] in its and e.get("agree_rounds"):
+                n = e["agree_rounds"]
+                rank_tasks = sum(1 for a in ev if a["it"] == e["it"] and "action" in a)
+                rounds, spent, tasks = rounds + n, spent + n * e["agree_us"], tasks + rank_tasks
+                share = max(share, 1e-6 * n * e["agree_us"] / max(e["finish"] - e["begin"], 1e-12))
+    if not rounds:
+        return None
+    return {"us_per_round": spent / rounds, "rounds_per_task": rounds / tasks,
+            "us_per_task": spent / tasks, "max_share_of_iteration": share}
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 for a process group's rendezvous."""
     with socket.socket() as s:
