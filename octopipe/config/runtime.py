@@ -42,9 +42,10 @@ class RuntimeConfig:
                                      "mean with this coefficient of variation", ge=0, le=3)
     images_max: int = setting(0, "data (vision models): images per sample drawn from "
                                  "1..images_max (0: fixed)", ge=0)
-    tp: int = setting(1, "tensor-parallel ranks per pipeline rank (world = ranks x tp; with "
-                          "tp > 1, compute=emulated only: the TP ranks of a stage agree on each task "
-                          "by a scalar all-gather)", ge=1, le=64)
+    tp: int = setting(1, "tensor-parallel ranks per pipeline rank (world = ranks x tp): with "
+                          "compute=real each stage's attention, MLP, MoE and head are split "
+                          "Megatron-style over them, other layers replicated; under ready_first "
+                          "they agree on each task by a scalar all-gather", ge=1, le=64)
     iterations: int = setting(3, "measured iterations", ge=1)
     warmup: int = setting(1, "iterations run before them and not measured", ge=0)
     model: str = setting(

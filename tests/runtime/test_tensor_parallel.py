@@ -113,7 +113,8 @@ def test_bad_tp_names_the_field():
 def test_a_pp2_tp2_pipeline_agrees_on_every_task_and_never_hangs(dispatch):
     """4 processes (2 pipeline ranks x 2 TP ranks), emulated compute, random irregular tables
     under jitter and send delays: both TP ranks of each pipeline rank run the same order (what
-    the agreement enforces) and every run finishes; each decision's agreement is timed."""
+    the agreement enforces under ready_first, the row under strict) and every run finishes;
+    each ready-first decision's agreement is timed."""
     for seed in range(2):
         table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
         costs = CostTable.uniform(4, f=1.0, i=1.0, w=1.0, out_bytes=1e3, kinds=("local-cpu",))
@@ -125,4 +126,8 @@ def test_a_pp2_tp2_pipeline_agrees_on_every_task_and_never_hangs(dispatch):
         orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])]
                   for ev in res.events]
         assert len(orders) == 4 and orders[0] == orders[1] and orders[2] == orders[3]
-        assert all(e["agree_us"] > 0 for ev in res.events for e in ev if "agree_us" in e)
+        rounds = [e for ev in res.events for e in ev if "agree_rounds" in e]
+        if dispatch == "ready_first":
+            assert all(e["agree_rounds"] > 0 and e["agree_us"] > 0 for e in rounds)
+        else:   # strict: the row fixes the order on every TP rank, nothing to agree on
+            assert all(e["agree_rounds"] == 0 for e in rounds)
