@@ -99,10 +99,9 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
         if config.compute == "real" and job.weights is not None:
             raise ScheduleError(f"runtime.tp={config.tp} runs synchronous training only; an asynchronous "
                                 "weight policy needs runtime.tp=1")
-        if transport != "tagged" or any(len({pl[s] for pl in table.all_placements()}) > 1
-                                         for s in range(table.n_stages)):
-            raise ScheduleError(f"runtime.tp={config.tp} needs the tagged transport and no replicated "
-                                "stages; use runtime.transport=tagged and another schedule")
+        if any(len({pl[s] for pl in table.all_placements()}) > 1 for s in range(table.n_stages)):
+            raise ScheduleError(f"runtime.tp={config.tp} needs a schedule without replicated (Chimera) "
+                                "stages; choose another schedule or runtime.tp=1")
     gated = config.max_inflight is not None or config.memory_cap is not None
     if gated and config.dispatch != "ready_first":
         raise ScheduleError("runtime.max_inflight / runtime.memory_cap bound ready_first dispatch; "

@@ -186,7 +186,10 @@ class Rank:
         self.delayed = DelayedSender() if arb.variability is not None and arb.variability.transfer_delay > 0 \
             else None
         self.groups = replica_groups(job.table)
-        self.orders = pair_orders(job.table) if job.transport == "ordered" else {}
+        # the ordered transport's pairs join TP rank t of one pipeline rank to TP rank t of another
+        self.orders = {(src * job.tp + t, dst * job.tp + t): keys
+                       for (src, dst), keys in (pair_orders(job.table) if job.transport == "ordered" else {}).items()
+                       for t in range(job.tp)}
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() and job.weights is None else None

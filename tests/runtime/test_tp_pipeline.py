@@ -31,18 +31,19 @@ def tp_model():
                        tiny.attn(window=5), tiny.mlp(), tiny.head()], name="tiny_tp")
 
 
-@pytest.mark.parametrize("dispatch", ["strict", "ready_first"])
-def test_pp2_tp2_real_compute_equals_the_single_process_reference(dispatch):
+@pytest.mark.parametrize("dispatch,transport", [("strict", "ordered"), ("ready_first", "tagged")])
+def test_pp2_tp2_real_compute_equals_the_single_process_reference(dispatch, transport):
     """An irregular table with split backward, two SGD steps: the losses of both iterations and
     the gradients of the last one (each TP rank's shards assembled by the launcher) equal the
-    single-process run's; ready-first (bfw, jittered compute) agrees before every task, and
-    the two TP ranks of each pipeline rank run the same order."""
+    single-process run's; strict runs on the ordered transport (NCCL's, here over gloo);
+    ready-first (bfw, jittered compute) agrees before every task; the two TP ranks of each
+    pipeline rank run the same order."""
     model = tp_model()
     table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=1, split_prob=0.5)
     ready = dispatch == "ready_first"
     settings = dict(hint="bfw", jitter_cv=0.3) if ready else {}
     got = execute(tiny.job(model, uniform_partition(model.n_layers, 4), table, dispatch=dispatch, tp=2,
-                           iterations=2, lr=0.5, stall_s=60.0, **settings))
+                           transport=transport, iterations=2, lr=0.5, stall_s=60.0, **settings))
     ref = reference_run(model, table.n_microbatches, iterations=2, lr=0.5)
     assert max_rel_err(got.grads, ref.grads) <= RTOL
     assert got.losses == pytest.approx(ref.losses, rel=RTOL)
@@ -72,7 +73,8 @@ def test_mode_execute_runs_real_compute_with_tp2_and_reports_the_agreement(tmp_p
 
 @pytest.mark.parametrize("override,field", [
     ("runtime.tp=3", "runtime.tp=3 does not divide the hidden size"),
-    ("runtime.transport=ordered", "runtime.tp=2 needs the tagged transport")])
+    ("runtime.tp=4", "runtime.tp=4 does not divide"),
+    ("schedule=chimera", "runtime.tp=2 needs a schedule without replicated (Chimera) stages")])
 def test_bad_tp_combinations_exit_2_with_one_line_naming_the_field(tmp_path, capsys, override, field):
     code, err = run_in_process(
         ["mode=execute", "pp=2", "microbatches=2", "runtime.model=tiny_hybrid", "runtime.tp=2", override,
