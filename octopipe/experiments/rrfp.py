@@ -22,7 +22,8 @@ Per point (workload, compute, CV, straggler, hint):
 The LM head is cut by vocabulary into pieces no larger than a mean stage (`head_split`).
 Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
 simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
-above 1), and the simulator takes each stage's F/B/I/W times from strict runs at CV 0.
+above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
+simulator takes each stage's F/B/I/W times from strict runs at CV 0.
 """
 from __future__ import annotations
 
@@ -287,8 +288,8 @@ def findings(points: list[dict]) -> list[str]:
             out.append(f"  - bfw >= bf (within spread) at {ge}/{len(pairs)} points")
     tp = [p for p in points if p["tp"] > 1]
     if tp:
-        out.append("- tp = " + str(tp[0]["tp"]) + " (emulated): " + ", ".join(
-            f"{p['workload']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} measured / "
+        out.append("- tp = " + str(tp[0]["tp"]) + ": " + ", ".join(
+            f"{p['workload']} {p['compute']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} measured / "
             f"{p['simulated_speedup']:.2f} simulated" for p in tp))
     return out
 
@@ -343,6 +344,9 @@ def run(inputs: Inputs) -> Result:
               for w in ("language", "multimodal")]
     if ex.tp > 1 and ex.emulated_ranks >= 2 * ex.tp:
         setups += [(w, "emulated", ex.tp) for w in ("language", "multimodal")]
+    if ex.tp > 1 and 2 <= ex.real_ranks and ex.real_ranks * ex.tp <= 4 and not ex.quick:
+        # real compute with TP layers: real_ranks pipeline ranks x tp (runtime/tensor_parallel.py)
+        setups += [(w, "real", ex.tp) for w in ("language", "multimodal")]
     points: list[dict] = []
     dispatch_us: list[float] = []
     pipeline_agree_us: list[float] = []
