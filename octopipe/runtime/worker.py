@@ -168,7 +168,7 @@ class Rank:
         if job.compute == "emulated":
             self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
         else:
-            self.compute = RealCompute(self.blocks or job.model, job.partition,
+            self.compute = RealCompute(job.model if self.blocks is None else self.blocks, job.partition,
                                        job.table.replica_stages_of(self.prank), job.table.n_microbatches,
                                        job.seed, self.device, job.table.mb_replica, job.weights)
             if job.batches is not None or self.blocks is not None:

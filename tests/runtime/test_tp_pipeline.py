@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
-from octopipe.runtime.stage import max_rel_err, reference_run
-from octopipe.runtime.tensor_parallel import agreement_cost
+from octopipe.runtime.stage import StageModule, max_rel_err, reference_run
+from octopipe.runtime.tensor_parallel import TPBlocks, agreement_cost, assemble, rank_shards
 from tests.reliability.cli import run_in_process
 from tests.runtime import tiny
 from tests.runtime.random_tables import random_table
@@ -29,6 +30,20 @@ def tp_model():
                        LayerSpec(K.ATTENTION, tiny.H, heads=4, kv_heads=2, head_dim=8, qk_norm=True, bias=True),
                        tiny.moe(), tiny.mamba2(), LayerSpec(K.MLP, tiny.H, ffn=48, activation="gelu", bias=True),
                        tiny.attn(window=5), tiny.mlp(), tiny.head()], name="tiny_tp")
+
+
+def test_the_tp_ranks_shards_assemble_into_the_whole_model():
+    """Each TP rank's weights (every split and replicated kind), mapped back by `shard_index` and
+    put together, are the single-process model's, name for name; half the ranks leave holes."""
+    model = tp_model()
+    whole = dict(StageModule(model, 0, model.n_layers, seed=3).named_parameters())
+    shards = [rank_shards([StageModule(TPBlocks(model, t, 2, None), 0, model.n_layers, seed=3)],
+                          TPBlocks(model, t, 2, None), 3, lambda p: p.data) for t in range(2)]
+    got = assemble(shards)
+    assert set(got) == set(whole) and all(torch.equal(got[n], p.detach()) for n, p in whole.items())
+    assert any(len(shards[0][n][1]) < p.numel() for n, p in whole.items())
+    with pytest.raises(ValueError, match="no TP rank holds part of"):
+        assemble(shards[:1])
 
 
 @pytest.mark.parametrize("dispatch,transport", [("strict", "ordered"), ("ready_first", "tagged")])
