@@ -14,7 +14,10 @@ selects a "stable" one; we take the plain minimum). Every run is deterministic (
 """
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,6 +25,7 @@ import numpy as np
 from octopipe.asynchronous import optimizers as op
 from octopipe.asynchronous.clocks import clock_of
 from octopipe.asynchronous.objectives import Logistic, even_blocks
+from octopipe.asynchronous.objectives import logistic as logistic_objective
 from octopipe.asynchronous.tables import async_schedule, localsgd_rows
 
 PAPER_PD_GRID = tuple(2.0 ** k for k in range(-12, -2))
@@ -131,5 +135,52 @@ def compare_at_budget(obj, S: int, budget: int, pd_grid: Sequence[float], local_
             f"localsgd_H{local_steps}": _best(obj, run_local, local_grid, m_loc)}
 
 
-__all__ = ["NoisyGradients", "Outcome", "PAPER_LOCAL_GRID", "PAPER_PD_GRID", "compare_at_budget",
-           "largest_m", "paper_budget_ticks", "paper_logistic"]
+COMMON_GRID = tuple(2.0 ** k for k in range(-12, 3))
+OURS_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)      # x 1/L, experiment=pipedream's
+
+
+def ablations(stages: Sequence[int], budgets: Sequence[int]) -> dict:
+    """The four measurements behind the logistic verdict: the paper's set-up with its grids;
+    without the gradient noise on one grid for both methods (2^-12..2^2); with the noise on that
+    grid; experiment=pipedream's logistic objective at PD's ticks for each M in `budgets`."""
+    T = paper_budget_ticks()
+    out: dict = {"budget_ticks": T, "paper": {}, "noise_off_common_grid": {}, "noise_common_grid": {},
+                 "ours": {}}
+    for S in stages:
+        for key, noise, grids in (("paper", 0.5, (PAPER_PD_GRID, PAPER_LOCAL_GRID)),
+                                  ("noise_off_common_grid", 0.0, (COMMON_GRID, COMMON_GRID)),
+                                  ("noise_common_grid", 0.5, (COMMON_GRID, COMMON_GRID))):
+            res = compare_at_budget(paper_logistic(S, noise=noise), S, T, *grids, 5)
+            out[key][S] = {m: vars(o) for m, o in res.items()}
+            print(key, S, {m: f"{o.gap:.4g} (lr {o.lr:g})" for m, o in res.items()}, flush=True)
+    for M in budgets:
+        for S in stages:
+            o = logistic_objective(S)
+            grid = [g / o.smoothness for g in OURS_GRID]
+            res = compare_at_budget(o, S, async_schedule("pd", S, M).n_ticks, grid, grid, 5)
+            out["ours"].setdefault(M, {})[S] = {m: {**vars(r), "lr_units": r.lr * o.smoothness}
+                                                for m, r in res.items()}
+            print("ours M", M, S, {m: f"{r.gap:.4g} ({r.lr * o.smoothness:g}/L)" for m, r in res.items()},
+                  flush=True)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m octopipe.asynchronous.regime [--stages 4 8 16] [--budgets 160 640 2560]`:
+    the ablations, printed and written to runs/pipedream_regime.json."""
+    ap = argparse.ArgumentParser(description=ablations.__doc__)
+    ap.add_argument("--stages", type=int, nargs="+", default=[4, 8, 16])
+    ap.add_argument("--budgets", type=int, nargs="+", default=[160, 640, 2560])
+    ap.add_argument("--out", default="runs/pipedream_regime.json")
+    a = ap.parse_args(argv)
+    res = ablations(a.stages, a.budgets)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1))
+
+
+__all__ = ["COMMON_GRID", "NoisyGradients", "Outcome", "PAPER_LOCAL_GRID", "PAPER_PD_GRID", "compare_at_budget",
+           "ablations", "largest_m", "main", "paper_budget_ticks", "paper_logistic"]
+
+
+if __name__ == "__main__":
+    main()

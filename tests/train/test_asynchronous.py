@@ -24,6 +24,7 @@ from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.train.loop import TrainRankJob, launch_training, rank_payload, reference_train
 from octopipe.train.stream import Stream, StreamBatches, check_async, replay_training
+from tests.reliability.cli import run_in_process
 from tests.train.helpers import OPTIM, ROOT, batches, gpt
 from tests.train.test_launch import SMALL
 
@@ -100,12 +101,10 @@ def test_mode_train_pipedream_front_door_and_resume(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert s["start_step"] == 3 and s["steps"] == 5 and s["reference_max_rel_err"] <= 1e-5
-    bad = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=execute", "schedule=pipedream",
-                          "runtime.compute=emulated", f"hydra.run.dir={tmp_path / 'c'}"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    assert "mode=train schedule=pipedream" in bad.stderr
-    bad = cli("train.microbatches=1", f"hydra.run.dir={tmp_path / 'd'}")
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[0].startswith("octopipe: error: train.microbatches=1: schedule=pipedream")
-    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_cli_refuses_bad_asynchronous_input_in_one_line(capsys, tmp_path):
+    code, err = run_in_process(["mode=train", "schedule=pipedream", "train.microbatches=1",
+                                f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("octopipe: error: train.microbatches=1: schedule=pipedream needs at least")
