@@ -258,9 +258,13 @@ def _paper_logistic_report(p: dict) -> list[str]:
     for S, r in p["by_stages"].items():
         cells = [f"{r[m]['gap']:.4g} ({r[m]['lr']:g}, {r[m]['microbatches']})" for m in ("pd", "localsgd_H5")]
         L.append(f"| {S} | {cells[0]} | {cells[1]} | {p['winner'][S]} |")
-    wins = [S for S, w in p["winner"].items() if w != "pd"]
-    L += ["", (f"LocalSGD wins from S = {min(wins)} on" if wins else "PD wins at every S")
-          + " in this set-up; the paper: LocalSGD wins as S grows.", ""]
+    local = [S for S, w in p["winner"].items() if w != "pd"]
+    pd = [S for S, w in p["winner"].items() if w == "pd"]
+    big = max(p["winner"])
+    ok = p["winner"][big] != "pd"
+    L += ["", f"PD wins at S = {pd or 'none'}, LocalSGD at S = {local or 'none'}; at the largest S = {big} "
+              f"the winner is {p['winner'][big]}: {'matches' if ok else 'does not match'} the paper "
+              f"(LocalSGD wins on logistic regression as S grows).", ""]
     return L
 
 
@@ -403,7 +407,7 @@ def _report(ex, summary, results, inputs) -> str:
     for S in summary["timeline_ticks"].get("pd", {}):
         L.append(f"| {S} | " + " | ".join(str(v[S]) for v in summary["timeline_ticks"].values()) + " |")
     if summary.get("paper_logistic"):
-        L += _paper_logistic_report(summary["paper_logistic"])
+        L += [""] + _paper_logistic_report(summary["paper_logistic"])
     L += ["", "## Runtime", "", summary["runtime_note"] + ".", ""]
     if summary.get("runtime"):
         r = summary["runtime"]
