@@ -33,7 +33,7 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
-@pytest.mark.parametrize("rule", [Rule.PD, pytest.param(Rule.TWO_BW, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("rule", [Rule.PD, Rule.TWO_BW])
 def test_runtime_stream_equals_its_single_process_replay(rule):
     blocks, data = gpt(), batches(16, 2)
     st = Stream(rule, 2, 4, 0, 4, 2 if rule is Rule.TWO_BW else 1)
