@@ -6,13 +6,15 @@ weights live as numbered versions; a forward of (stage, micro-batch) runs the mo
 version the schedule assigns it (`AsyncSchedule.reads`) through fresh leaf tensors that share
 that version's storage (the weight stash costs no copy); its backward returns the parameter
 gradients to the stash, which applies plain SGD (w <- w - lr·g on the micro-batch's loss) after
-every backward (PD, vsync) or once per window with the window's mean (2BW). Nothing is ever
-flushed and no parameter is changed in place, so in-flight micro-batches keep their versions.
+every backward (PD, vsync) or once per window with the window's mean (2BW), or whatever
+`update` it is given (the trainer's AdamW, `octopipe.train.stream`). Nothing is ever flushed
+and no stashed version is changed in place, so in-flight micro-batches keep their versions.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.func import functional_call
@@ -39,6 +41,13 @@ class WeightStash:
         self.leaves: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
         self.acc: dict[int, dict[str, torch.Tensor]] = {}
         self.pending: Counter = Counter()
+        self.update: Callable | None = None    # (stage, current, summed grads, count) -> new version
+
+    def sgd(self, stage: int, cur: dict[str, torch.Tensor], acc: dict[str, torch.Tensor],
+            count: int) -> dict[str, torch.Tensor]:
+        """The default update: w <- w - lr · (mean of the accumulated gradients)."""
+        scale = self.lr / count
+        return {n: cur[n] - scale * acc[n] for n in cur}
 
     def bind(self, stage: int, module: torch.nn.Module) -> None:
         """Version 0 of `stage`: the module's initial parameters."""
@@ -71,9 +80,8 @@ class WeightStash:
         self.pending[stage] += 1
         if self.rule is Rule.TWO_BW and self.pending[stage] < self.window:
             return
-        scale = self.lr / self.pending[stage]
         cur = self.versions[stage][self.current[stage]]
-        new = {n: cur[n] - scale * acc[n] for n in cur}
+        new = (self.update or self.sgd)(stage, cur, acc, self.pending[stage])
         self.current[stage] += 1
         self.versions[stage][self.current[stage]] = new
         self.acc[stage], self.pending[stage] = {}, 0
@@ -99,9 +107,20 @@ def replay(model: ModelSpec, partition, sched: AsyncSchedule, lr: float, seed: i
     through every stage at the versions its forwards read (the stale mixed model), and each
     stage's updates are applied in the table's time order, as `WeightStash` applies them."""
     mods = [StageModule(model, lo, hi, seed=seed) for lo, hi in partition]
+    sgd = WeightStash(sched, lr).sgd
+    return replay_stream(mods, sched, lambda k: microbatch(model, seed, 0, k), sgd)
+
+
+def replay_stream(mods, sched: AsyncSchedule, batch_of: Callable[[int], dict],
+                  update: Callable) -> Replay:
+    """`sched` replayed on the stage modules `mods` (version 0: their parameters), micro-batch
+    k's data `batch_of(k)`, each stage's update `update(stage, current, summed grads, count)`
+    (as `WeightStash.update`); versions no later read needs are dropped as the stash drops
+    them."""
     versions = [{0: {n: p.detach().clone() for n, p in m.named_parameters()}} for m in mods]
     current = [0] * len(mods)
     reads = sched.reads()
+    left = Counter((a.stage, v) for a, v in reads.items() if a.kind is F)
     grads: dict[int, list[dict[str, torch.Tensor]]] = {}
     losses: dict[int, float] = {}
     acc: list[dict[str, torch.Tensor]] = [{} for _ in mods]
@@ -110,26 +129,29 @@ def replay(model: ModelSpec, partition, sched: AsyncSchedule, lr: float, seed: i
         a = e.action
         if a.kind is F or (a.kind.value == "I"):
             continue
-        k = a.microbatch
+        k, s = a.microbatch, a.stage
         if k not in grads:
-            grads[k], losses[k] = _mixed_grads(mods, versions, reads, model, seed, k)
-        g = grads[k][a.stage]
-        acc[a.stage] = {n: g[n] if n not in acc[a.stage] else acc[a.stage][n] + g[n] for n in g}
-        count[a.stage] += 1
+            grads[k], losses[k] = _mixed_grads(mods, versions, reads, batch_of(k), k)
+            for j in range(len(mods)):
+                left[(j, reads[Action(j, F, k)])] -= 1
+        g = grads[k][s]
+        acc[s] = {n: g[n] if n not in acc[s] else acc[s][n] + g[n] for n in g}
+        count[s] += 1
+        if s == 0:
+            del grads[k]
         if e.update < 0:
             continue
-        cur = versions[a.stage][current[a.stage]]
-        versions[a.stage][current[a.stage] + 1] = {n: cur[n] - (lr / count[a.stage]) * acc[a.stage][n]
-                                                   for n in cur}
-        current[a.stage] += 1
-        acc[a.stage], count[a.stage] = {}, 0
+        versions[s][current[s] + 1] = update(s, versions[s][current[s]], acc[s], count[s])
+        current[s] += 1
+        acc[s], count[s] = {}, 0
+        for v in [v for v in versions[s] if v < current[s] and left[(s, v)] <= 0]:
+            del versions[s][v]
     weights = {n: t.clone() for s, vs in enumerate(versions) for n, t in vs[current[s]].items()}
     return Replay(losses, weights)
 
 
-def _mixed_grads(mods, versions, reads, model: ModelSpec, seed: int, k: int):
+def _mixed_grads(mods, versions, reads, batch: dict, k: int):
     """Loss and per-stage parameter gradients of micro-batch k at its stale mixed model."""
-    batch = microbatch(model, seed, 0, k)
     leaves = [{n: t.detach().requires_grad_(True)
                for n, t in versions[s][reads[Action(s, F, k)]].items()} for s in range(len(mods))]
     h = None
@@ -145,4 +167,4 @@ def _mixed_grads(mods, versions, reads, model: ModelSpec, seed: int, k: int):
     return out, float(h.detach())
 
 
-__all__ = ["Replay", "WeightStash", "replay"]
+__all__ = ["Replay", "WeightStash", "replay", "replay_stream"]

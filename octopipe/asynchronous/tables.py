@@ -104,9 +104,9 @@ def refuse_flushing(name: str | None, mode: str) -> None:
     schedule (it would run the stream as one synchronous window)."""
     if name in ASYNC_SCHEDULES:
         raise ConfigError(f"schedule={name}: {mode} flushes every iteration (one synchronous "
-                          f"gradient step), so it cannot run {name}'s asynchronous updates; use "
-                          f"mode=simulate, or experiment=pipedream, which trains it on the runtime "
-                          f"(octopipe.asynchronous.runtime.WeightStash)")
+                          f"gradient step), so it cannot run {name}'s asynchronous updates; train it "
+                          f"with mode=train schedule={name} (one stream, weight stashing, no flush), or "
+                          f"study it with mode=simulate or experiment=pipedream")
 
 
 def tick_rows(table: ScheduleTable) -> list[list[Action | None]]:

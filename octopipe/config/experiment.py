@@ -162,6 +162,13 @@ class PipeDreamExperiment(ExperimentConfig):
     runtime_microbatches: int = setting(16, "the runtime's stream of micro-batches", ge=2)
     runtime_lr: float = setting(0.05, "the runtime's SGD step size", gt=0)
     runtime_repeats: int = setting(3, "timed runs of each of PD and flushed 1F1B", ge=1)
+    runtime_emulate_step_s: float = setting(0.04, "emulated comparison: the mean stage F lasts this "
+                                                  "(long beside the machine's scheduling noise)", gt=0)
+    runtime_emulated_repeats: int = setting(3, "emulated comparison: alternating launches of each", ge=1)
+    runtime_emulated_per_launch: int = setting(2, "emulated comparison: timed runs per launch", ge=1)
+    paper_logistic_stages: tuple[int, ...] = setting(
+        (4, 8, 16), "PD against LocalSGD (R = S, H = 5) on the paper's own logistic set-up at its fixed "
+                    "tick budget (asynchronous/regime.py); () skips it", ge=2)
     quick: bool = setting(False, "a small run for tests: S=4, short streams, two step sizes, "
                                  "no runtime part")
 

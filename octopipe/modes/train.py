@@ -21,9 +21,10 @@ from octopipe.modes.artifacts import plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.progress import weighted_progress
-from octopipe.train.loop import launch_training, reference_train
-from octopipe.train.summary import compare, figures, loss_csv, loss_png
-from octopipe.train.setup import fingerprints, setup, start_step, train_job
+from octopipe.train.loop import TrainRun, launch_training, reference_train
+from octopipe.train.stream import replay_training
+from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
+from octopipe.train.setup import fingerprints, setup, start_step, streams_before, train_job
 
 
 def run(inputs: Inputs) -> Result:
@@ -55,13 +56,37 @@ def run(inputs: Inputs) -> Result:
     summary = {"status": "ok", "model": s.name, "pp": t.pp, "microbatches": t.microbatches,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start)}
+    if job.stream is not None:
+        st = job.stream
+        held = list(st.schedule().versions_held())
+        summary["asynchronous"] = {"rule": st.rule.value, "window": st.window, "stream_microbatches": st.length,
+                                   "updates_per_stage": st.length // st.window, "flushes": 0,
+                                   "versions_held": held}
+        report.append(f"asynchronous ({st.rule.value}): steps {st.start + 1}–{st.steps} as one stream of "
+                      f"{st.length} micro-batches, no flush; AdamW on a stage after every "
+                      f"{'window of ' + str(st.window) + ' backwards' if st.window > 1 else 'backward'} "
+                      f"(clipped by the stage's own norm); weight versions held per stage "
+                      f"{held}")
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
-    if t.check_reference:
+    if t.check_reference and job.stream is not None:
+        inputs.progress("replaying the asynchronous streams in one process")
+        ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg), job.stream], s.batches,
+                              s.optim, cfg.seed)
+        loss_err, weight_err = compare(result, TrainRun(ref.losses, ref.params, "", []), s.blocks, s.plan.shards)
+        mb_err = max(rel_err(result.microbatch_losses[k], v) for k, v in ref.microbatch_losses.items())
+        summary.update(reference="single-process replay of the asynchronous version assignment",
+                       reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
+                       reference_microbatch_loss_max_rel_err=mb_err,
+                       reference_max_rel_err=max(loss_err, weight_err, mb_err))
+        report.append(f"reference: the single-process replay of {s.plan.table.name}'s version assignment (same "
+                      f"data order, seeds, AdamW per update): step losses within {loss_err:.2e}, micro-batch "
+                      f"losses within {mb_err:.2e}, final weights within {weight_err:.2e} (relative)")
+    elif t.check_reference:
         inputs.progress("training the single-process reference")
         ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,
                               torch.bfloat16 if t.precision == "bf16" else None)
         loss_err, weight_err = compare(result, ref, s.blocks, s.plan.shards)
-        summary.update(reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
+        summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
                        reference_max_rel_err=max(loss_err, weight_err))
         report.append(f"single-process reference: losses within {loss_err:.2e}, final weights within "
                       f"{weight_err:.2e} (relative)")

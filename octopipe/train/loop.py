@@ -28,6 +28,7 @@ from octopipe.runtime.stage import StageModule, as_blocks
 from octopipe.runtime.worker import Rank, RankJob, keep_heap, report_failure
 from octopipe.train import checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
+from octopipe.train.stream import AdamWUpdate, Stream, step_losses
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class TrainRankJob:
     checkpoint_dir: str = ""
     meta: dict = field(default_factory=dict)
     plan_json: str = ""
+    stream: Stream | None = None     # asynchronous (schedule=pipedream*): the one stream it trains
 
 
 def _stage_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
@@ -68,7 +70,55 @@ def _mean_loss(worker: Rank, m: int) -> float:
     return float(total) / m
 
 
+def _record(out: Path, rec: dict) -> None:
+    with open(out / "progress.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
+    """One stream of job.stream: AdamW per backward (or window) through the stash, no flush;
+    the rank holding the last stage logs each step once its last micro-batch is through."""
+    st, compute = job.stream, worker.compute
+    opt = StageOptimizers(compute.copies, job.optim)
+    if job.resume:
+        _restore(worker, opt, job.resume)
+        for (_, s), mod in compute.copies.items():
+            compute.weights.bind(s, mod)
+    m, last = st.microbatches, st.stages - 1
+    tokens = m * job.rank.batches.batch(0, 0)["ids"].numel()
+    clock = [time.perf_counter()]
+
+    def on_update(stage: int, u: int, norm: float) -> None:
+        done = (u + 1) * st.window
+        if stage != last or done % m:
+            return
+        step = st.start + done // m - 1
+        now = time.perf_counter()
+        dt, clock[0] = now - clock[0], now
+        loss = sum(compute.losses[k] for k in range(done - m, done)) / m
+        _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.optim, step), "grad_norm": norm,
+                      "step_s": dt, "tokens_per_s": tokens / dt})
+    compute.weights.update = AdamWUpdate(opt, st, on_update)
+    worker.events = []
+    worker.iteration(0)
+    mb = torch.zeros(st.length, dtype=torch.float64)
+    for k, v in compute.losses.items():
+        mb[k] = v
+    dist.all_reduce(mb)
+    saved = ""
+    if job.checkpoint_every:
+        saved = str(checkpoint.save(job.checkpoint_dir, job.steps, _stage_tensors(worker, opt), job.meta,
+                                    {"plan.json": job.plan_json} if job.plan_json else None))
+    losses = {k: float(v) for k, v in enumerate(mb.tolist())}
+    params = {n: p.detach().cpu().clone() for c, mod in sorted(compute.copies.items())
+              for n, p in mod.named_parameters()}
+    return {"losses": step_losses(losses, m), "params": params, "checkpoint": saved, "events": worker.events,
+            "microbatch_losses": losses}
+
+
 def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
+    if job.stream is not None:
+        return _train_async(rank, job, worker, out)
     opt = StageOptimizers(worker.compute.copies, job.optim, distributed=True)
     if job.resume:
         _restore(worker, opt, job.resume)
@@ -136,6 +186,7 @@ class TrainRun:
     checkpoint: str
     records: list[dict]
     events: list[list[dict]] = field(default_factory=list)
+    microbatch_losses: dict[int, float] = field(default_factory=dict)   # asynchronous: the stream's
 
 
 def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
@@ -161,7 +212,8 @@ def gather(out: Path, world: int) -> TrainRun:
         params.update(d["params"])
     path = out / "progress.jsonl"
     records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    return TrainRun(docs[0]["losses"], params, docs[0]["checkpoint"], records, [d["events"] for d in docs])
+    return TrainRun(docs[0]["losses"], params, docs[0]["checkpoint"], records, [d["events"] for d in docs],
+                    docs[0].get("microbatch_losses", {}))
 
 
 def launch_training(job: TrainRankJob, timeout_s: float, stall_s: float,

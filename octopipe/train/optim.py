@@ -85,6 +85,18 @@ class StageOptimizers:
                 g.mul_(coef)
         return norm
 
+    def clip_stage(self, stage: int) -> float:
+        """Clip the gradients of `stage`'s copies by their own norm (an asynchronous update has
+        no global norm: the other stages update at other times); the norm before."""
+        grads = self._grads([c for c in sorted(self.stages) if c[1] == stage])
+        norm = float(sum((g.detach().double().pow(2).sum() for g in grads), torch.zeros((), dtype=torch.float64))
+                     .sqrt())
+        limit = self.settings.clip_norm
+        if limit > 0 and norm > limit:
+            for g in grads:
+                g.mul_(limit / (norm + 1e-6))
+        return norm
+
     def step_stage(self, stage: int, step: int) -> None:
         """The AdamW update of every copy of `stage` this rank holds, at step `step`'s rate."""
         lr = lr_at(self.settings, step)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from octopipe.asynchronous.runtime import WeightStash
+from octopipe.asynchronous.tables import Rule
 from octopipe.cluster import Cluster
 from octopipe.config.cost import ProfiledCost
 from octopipe.config.presets import preset
@@ -34,6 +36,7 @@ from octopipe.train.checkpoint import fingerprint
 from octopipe.train.loop import TrainRankJob, rank_payload
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings
+from octopipe.train.stream import StreamBatches, Stream, check_async, rule_of, stream_of
 from octopipe.train.tokenizer import tokenize
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.sharding import model_sharder
@@ -127,6 +130,10 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
     """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json) or
     schedule=<name> on an even partition."""
     t = cfg.train
+    if rule_of(cfg) is not None:     # asynchronous: its stream table on an even partition
+        table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
+        return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
+                    {"source": "mode=train", "asynchronous": rule_of(cfg).value})
     if t.resume and t.plan == "tuned":
         path = Path(t.resume) / "plan.json"
         if not path.is_file():
@@ -148,7 +155,11 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
 
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
     """Everything a training run needs, built once (errors before any rank starts)."""
+    check_async(cfg, None)
     blocks, name, note = blocks_for(cfg)
+    if rule_of(cfg) is not None and cfg.train.plan == "tuned":
+        note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
+                                          f"partition (train.plan=tuned does not apply)") if x)
     if cfg.train.resume:      # refuse another model's checkpoint before profiling and planning
         checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume),
                               {**checkpoint.read_meta(cfg.train.resume), **model_fingerprint(name, blocks, cfg.seed)})
@@ -187,14 +198,35 @@ def start_step(cfg: Config, meta: dict) -> int:
     if start >= cfg.train.steps:
         raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
                           f"train.steps={cfg.train.steps} leaves nothing to run")
+    check_async(cfg, start)
     return start
+
+
+def streams_before(cfg: Config) -> list[Stream]:
+    """The asynchronous streams a resumed checkpoint was trained in (its `streams`), oldest first."""
+    if not cfg.train.resume:
+        return []
+    rule, t = rule_of(cfg), cfg.train
+    return [Stream(rule, t.pp, t.microbatches, a, b, t.pp if rule is Rule.TWO_BW else 1)
+            for a, b in checkpoint.read_meta(cfg.train.resume).get("streams", [])]
 
 
 def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0, init_method: str = "") -> TrainRankJob:
     """What every rank runs for `s` (rank files into `result_dir`)."""
     t = cfg.train
-    rank = rank_payload(s.blocks, s.plan, replace(cfg.runtime, dispatch=t.dispatch), result_dir, s.batches, cfg.seed,
+    runtime = replace(cfg.runtime, dispatch=t.dispatch)
+    meta, stream = fingerprints(s, cfg.seed), None
+    plan = s.plan
+    if rule_of(cfg) is not None:
+        stream = stream_of(cfg, start)
+        sched = stream.schedule()
+        plan = Plan(s.plan.partition, sched.table.compact(), s.plan.model, s.plan.cluster, s.plan.meta)
+        meta["streams"] = [[x.start, x.steps] for x in (*streams_before(cfg), stream)]
+    rank = rank_payload(s.blocks, plan, runtime, result_dir, s.batches, cfg.seed,
                         "bfloat16" if t.precision == "bf16" else "", init_method)
+    if stream is not None:
+        rank = replace(rank, weights=WeightStash(sched, s.optim.lr),
+                       batches=StreamBatches(s.batches, stream.microbatches, start))
     return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every,
-                        t.checkpoint_dir or "runs/checkpoints", fingerprints(s, cfg.seed),
-                        json.dumps(plan_to_doc(s.plan), indent=1) + "\n")
+                        t.checkpoint_dir or "runs/checkpoints", meta,
+                        json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
