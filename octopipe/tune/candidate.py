@@ -38,12 +38,14 @@ class Candidate:
     f_tiebreak: int = 0                # 0: lowest micro-batch first; 1: deepest stage first
     b_tiebreak: int = 0                # 0: deepest stage first; 1: lowest micro-batch first
     w_pressure: float = 0.9            # run W first above this fraction of activation capacity
+    warmup: tuple[int, ...] = ()       # per-stage offsets to the limits (a memory-budget move)
     origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.partition, Partition):
             object.__setattr__(self, "partition", Partition(tuple(self.partition)))
         object.__setattr__(self, "placement", tuple(int(x) for x in self.placement))
+        object.__setattr__(self, "warmup", tuple(int(x) for x in self.warmup))
         if len(self.partition) != len(self.placement):
             raise ConfigError(f"candidate has {len(self.partition)} stage sizes but {len(self.placement)} "
                               "placed stages")
@@ -62,7 +64,10 @@ class Candidate:
             return np.zeros(S, dtype=np.int32)
         chunks = S / max(1, len(set(self.placement)))
         base = (S - np.arange(S)) / chunks
-        return np.maximum(1, np.round(self.inflight * base)).astype(np.int32)
+        lim = np.round(self.inflight * base)
+        if len(self.warmup) == S:
+            lim = lim + np.asarray(self.warmup)
+        return np.maximum(1, lim).astype(np.int32)
 
     def list_policy(self, n_devices: int) -> ListPolicy:
         """The candidate's policy as the list scheduler takes it."""
@@ -76,6 +81,8 @@ class Candidate:
         chunks = self.n_stages / max(1, len(set(self.placement)))
         pol = "zero-bubble split backward" if self.split_backward else "full backward"
         lim = "memory-bound" if math.isinf(self.inflight) else f"in-flight x{self.inflight:g}"
+        if any(self.warmup) and not math.isinf(self.inflight):
+            lim += f" {'/'.join(f'{x:+d}' for x in self.warmup)}"
         return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
 
 
