@@ -11,7 +11,8 @@ split backward (B = input gradient, W = weight gradient), F allocates `mem_f`, B
   successor), then B from the last stage to the first. Before each F and B a stage runs
   pending Ws while they fit the wait for its input, and more Ws when memory is short.
 - Its own timing: an action starts when its device is free and its input has arrived (the
-  producer's end plus `comm`). Several greedy variants are tried; the one with the smallest
+  producer's end plus `comm`); its comparisons of times allow 1e-9 of the longest pass, so
+  that costs summed in another order make the same choices. Several greedy variants are tried; the one with the smallest
   "cost" (the longest stage's time from its first start to its last end, the paper's measure)
   is kept.
 """
@@ -82,6 +83,7 @@ class _State:
         self.start = np.zeros((3, p, m))
         self.end = np.zeros((3, p, m))
         self.rows: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+        self.tol = 1e-9 * max(max(inst.f), max(inst.b), max(inst.w))   # ties despite rounding
 
     def cost(self, kind: int, s: int) -> float:
         return (self.inst.f, self.inst.b, self.inst.w)[kind][s]
@@ -118,7 +120,7 @@ class _State:
 
     def free_for(self, s: int, kind: int) -> None:
         """Run Ws until the next `kind` action fits the stage's memory."""
-        while self.mem[s] + self.delta(kind, s) > self.inst.max_mem[s] + 1e-9:
+        while self.mem[s] + self.delta(kind, s) > self.inst.max_mem[s] * (1 + 1e-9):
             if not self.pending_w(s):
                 raise InfeasibleError(f"zero-bubble scheduler: stage {s} cannot fit its next "
                                       f"{'FBW'[kind]} in {self.inst.max_mem[s]:.4g} bytes")
@@ -127,11 +129,11 @@ class _State:
     def fill_wait(self, s: int, kind: int, greedy: bool) -> None:
         """Run Ws that end before the input arrives; one more into a partial gap when `greedy`
         or when the gap is larger than the pipeline's worst idle so far."""
-        arrive = self.ready(kind, s)
-        while self.pending_w(s) and self.clock[s] + self.cost(W_, s) <= arrive:
+        arrive, tol = self.ready(kind, s), self.tol
+        while self.pending_w(s) and self.clock[s] + self.cost(W_, s) <= arrive + tol:
             self.put(s, W_)
-        if self.pending_w(s) and self.clock[s] < arrive:
-            if greedy or arrive - self.clock[s] > self.idle.max() - self.idle[s]:
+        if self.pending_w(s) and self.clock[s] < arrive - tol:
+            if greedy or arrive - self.clock[s] > self.idle.max() - self.idle[s] + tol:
                 self.put(s, W_)
 
 
@@ -142,9 +144,9 @@ def _warmup(st: _State, before_first_b: bool) -> np.ndarray:
     back = st.end[F_, p - 1, 0] + inst.b[p - 1]
     for s in range(p - 2, -1, -1):
         mem, clock = st.mem[s], st.clock[s]
-        while 1 + extra[s] < m and mem + inst.mem_f[s] <= inst.max_mem[s] + 1e-9:
-            over = clock + inst.f[s] > back + inst.comm if before_first_b else \
-                clock >= back + inst.comm
+        while 1 + extra[s] < m and mem + inst.mem_f[s] <= inst.max_mem[s] * (1 + 1e-9):
+            over = clock + inst.f[s] > back + inst.comm + st.tol if before_first_b else \
+                clock >= back + inst.comm - st.tol
             if over:
                 break
             mem, clock = mem + inst.mem_f[s], clock + inst.f[s]
@@ -192,14 +194,15 @@ def _build(inst: ZbInstance, before_first_b: bool, greedy: bool) -> ZbSchedule:
 
 def zb_auto_schedule(inst: ZbInstance) -> ZbSchedule:
     """The best of the greedy variants by the paper's cost (ties: smaller makespan)."""
-    best = None
+    best, best_key = None, None
     for before_first_b, greedy in itertools.product((True, False), (True, False)):
         try:
             sched = _build(inst, before_first_b, greedy)
         except InfeasibleError:
             continue
-        if best is None or (sched.cost, sched.makespan) < (best.cost, best.makespan):
-            best = sched
+        key = (round(sched.cost, 12), round(sched.makespan, 12))
+        if best is None or key < best_key:
+            best, best_key = sched, key
     if best is None:
         raise InfeasibleError("zero-bubble scheduler: no variant fits the memory limit "
                               f"{min(inst.max_mem):.4g} bytes")
