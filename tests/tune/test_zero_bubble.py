@@ -12,6 +12,10 @@ from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
 from octopipe.sim.stage_span import span_bubble_rate, stage_spans
 from octopipe.tune import TuneOptions, tune
+from octopipe.tune.attribution import from_list_result
+from octopipe.tune.candidate import Candidate, Problem
+from octopipe.tune.moves import neighbours, warmup_moves
+from octopipe.tune.tuner import activation_budget
 from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
 from .test_memory_budget import hetero_zb_costs, zb_costs
@@ -75,3 +79,19 @@ def test_budget_plans_are_no_worse_than_zero_bubbles_scheduler(name, padded):
         assert res.makespan_s <= zb.makespan * (1 + 1e-9), multiple
         assert span_bubble_rate(res.sim_result) <= span_bubble_rate(zb) + 1e-9, multiple
         assert res.sim_result.peak_activation_memory.max() <= inst.max_mem[0] * (1 + 1e-9)
+
+
+def test_warmup_offsets_move_one_stage_limit_and_only_under_a_budget():
+    p, m = 4, 8
+    c = Candidate(Partition.uniform(p, p), tuple(range(p)), True, 1.0)
+    assert c.limits(p).tolist() == [4, 3, 2, 1]
+    assert c.with_(warmup=(0, 1, 0, -1)).limits(p).tolist() == [4, 4, 2, 1]   # never below 1
+    moved = [x.limits(p).tolist() for x, _ in warmup_moves(c, p)]
+    assert [5, 3, 2, 1] in moved and [4, 3, 1, 1] in moved and len(moved) == 7
+    assert warmup_moves(c.with_(inflight=float("inf")), p) == []
+    costs, cl = zb_costs(p), free_cluster(p)
+    free = Problem.build(costs, cl, p, m)
+    capped = Problem.build(costs, cl, p, m, act_budget=activation_budget(free, 1.0))
+    def tags(pb):
+        return {t for _, _, t in neighbours(c, pb, from_list_result(pb, c, pb.estimate(c)))}
+    assert "warm-up depth" in tags(capped) and "warm-up depth" not in tags(free)
