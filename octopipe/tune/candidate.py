@@ -20,6 +20,7 @@ from octopipe.plan import Partition
 from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_schedule
 
 INF_LIMIT = math.inf
+ARRAYS_CACHE = 4096        # distinct layouts whose estimator arrays a problem keeps
 
 # Priority orders of (F, I, W) ranks, lower first: backward first with W deferred into bubbles
 # (zero-bubble style), backward then W before new forwards (1F1B-like), forward first.
@@ -38,12 +39,14 @@ class Candidate:
     f_tiebreak: int = 0                # 0: lowest micro-batch first; 1: deepest stage first
     b_tiebreak: int = 0                # 0: deepest stage first; 1: lowest micro-batch first
     w_pressure: float = 0.9            # run W first above this fraction of activation capacity
+    warmup: tuple[int, ...] = ()       # per-stage offsets to the limits (a memory-budget move)
     origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.partition, Partition):
             object.__setattr__(self, "partition", Partition(tuple(self.partition)))
         object.__setattr__(self, "placement", tuple(int(x) for x in self.placement))
+        object.__setattr__(self, "warmup", tuple(int(x) for x in self.warmup))
         if len(self.partition) != len(self.placement):
             raise ConfigError(f"candidate has {len(self.partition)} stage sizes but {len(self.placement)} "
                               "placed stages")
@@ -62,7 +65,10 @@ class Candidate:
             return np.zeros(S, dtype=np.int32)
         chunks = S / max(1, len(set(self.placement)))
         base = (S - np.arange(S)) / chunks
-        return np.maximum(1, np.round(self.inflight * base)).astype(np.int32)
+        lim = np.round(self.inflight * base)
+        if len(self.warmup) == S:
+            lim = lim + np.asarray(self.warmup)
+        return np.maximum(1, lim).astype(np.int32)
 
     def list_policy(self, n_devices: int) -> ListPolicy:
         """The candidate's policy as the list scheduler takes it."""
@@ -76,6 +82,8 @@ class Candidate:
         chunks = self.n_stages / max(1, len(set(self.placement)))
         pol = "zero-bubble split backward" if self.split_backward else "full backward"
         lim = "memory-bound" if math.isinf(self.inflight) else f"in-flight x{self.inflight:g}"
+        if any(self.warmup) and not math.isinf(self.inflight):
+            lim += f" {'/'.join(f'{x:+d}' for x in self.warmup)}"
         return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
 
 
@@ -145,7 +153,21 @@ class Problem:
 
     def arrays(self, cand: Candidate) -> StageArrays:
         """What the list scheduler needs: durations (I + W as B without split backward), boundary
-        delays, activation bytes and each device's capacity left after its static bytes."""
+        delays, activation bytes and each device's capacity left after its static bytes. Cached
+        per partition, placement and backward split (the policy does not change them), read-only."""
+        cache = self.__dict__.get("_arrays_cache")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_arrays_cache", cache)
+        key = (cand.partition, cand.placement, cand.split_backward)
+        arr = cache.get(key)
+        if arr is None:
+            if len(cache) >= ARRAYS_CACHE:
+                cache.clear()
+            arr = cache[key] = self._arrays(cand)
+        return arr
+
+    def _arrays(self, cand: Candidate) -> StageArrays:
         st = self.stages(cand)
         dev = st.placement.astype(np.int32)
         f, i, w = st.f, st.i, st.w
@@ -160,7 +182,13 @@ class Problem:
         if self.act_budget is not None:
             cap = np.minimum(cap, self.act_budget)
         free_i = act - st.w_act_bytes if cand.split_backward else act
-        return StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, self.n_devices)
+        f64 = np.float64
+        out = [np.ascontiguousarray(a, dtype=t) for a, t in
+               ((dev, np.int32), (dur, f64), (comm_f, f64), (comm_b, f64), (act, f64),
+                (free_i, f64), (cap, f64))]
+        for a in out:
+            a.setflags(write=False)
+        return StageArrays(*out, self.n_devices)
 
     def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
         """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on

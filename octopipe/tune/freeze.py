@@ -21,13 +21,19 @@ def to_table(cand: Candidate, result: ListResult, n_devices: int, n_microbatches
                               "limits or memory capacity leave every device waiting")
     M = n_microbatches
     kinds = (F, I, W) if cand.split_backward else (F, B, W)
-    rows: list[list[Action]] = [[] for _ in range(n_devices)]
-    for aid in result.order.tolist():
-        m = aid % M
-        sk = aid // M
-        s, k = divmod(sk, 3)
-        rows[cand.placement[s]].append(Action(s, kinds[k], m))
-    return ScheduleTable(tuple(tuple(r) for r in rows), cand.placement, M, name)
+    order = np.asarray(result.order, dtype=np.int64)
+    stage, mb = np.divmod(order, M)
+    stage, kind = np.divmod(stage, 3)
+    dev = np.asarray(cand.placement, dtype=np.int64)[stage]
+    by_dev = np.argsort(dev, kind="stable")          # each device's actions in start order
+    cuts = np.searchsorted(dev[by_dev], np.arange(n_devices + 1))
+    new = tuple.__new__              # Action(s, kind, m) without the NamedTuple constructor's call
+    rows = []
+    for d in range(n_devices):
+        idx = by_dev[cuts[d]:cuts[d + 1]]
+        rows.append(tuple(new(Action, (s, kinds[k], m)) for s, k, m in
+                          zip(stage[idx].tolist(), kind[idx].tolist(), mb[idx].tolist())))
+    return ScheduleTable(tuple(rows), cand.placement, M, name)
 
 
 def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
@@ -39,6 +45,8 @@ def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
     meta.setdefault("policy", {"split_backward": cand.split_backward, "inflight": _num(cand.inflight),
                                "kind_rank": list(cand.kind_rank), "f_tiebreak": cand.f_tiebreak,
                                "b_tiebreak": cand.b_tiebreak, "w_pressure": cand.w_pressure})
+    if cand.warmup:
+        meta["policy"]["warmup"] = list(cand.warmup)
     return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=meta,
                 shards=shards or {})
 

@@ -15,7 +15,8 @@ from octopipe.config.tuner import LEVERS
 from octopipe.plan import Partition
 from octopipe.tune.candidate import Candidate
 
-POLICY_FIELDS = ("split_backward", "inflight", "kind_rank", "f_tiebreak", "b_tiebreak", "w_pressure")
+POLICY_FIELDS = ("split_backward", "inflight", "kind_rank", "f_tiebreak", "b_tiebreak", "w_pressure",
+                 "warmup")
 
 
 def reference(n_layers: int, n_devices: int) -> Candidate:

@@ -115,6 +115,21 @@ def c_kernel_available() -> bool:
     return _lib() is not None
 
 
+def _stage_pointers(arr: StageArrays) -> list[int]:
+    """Raw addresses of `arr`'s arrays as the C engine takes them, kept on `arr` with contiguous
+    copies where needed (a problem reuses one StageArrays across the policies it estimates)."""
+    got = arr.__dict__.get("_ptrs")
+    if got is None:
+        i32, f64 = np.int32, np.float64
+        keep = (np.ascontiguousarray(arr.dev, dtype=i32), np.ascontiguousarray(arr.dur, dtype=f64),
+                np.ascontiguousarray(arr.comm_f, dtype=f64),
+                np.ascontiguousarray(arr.comm_b, dtype=f64), np.ascontiguousarray(arr.act, dtype=f64),
+                np.ascontiguousarray(arr.free_i, dtype=f64), np.ascontiguousarray(arr.cap, dtype=f64))
+        got = ([a.__array_interface__["data"][0] for a in keep], keep)
+        object.__setattr__(arr, "_ptrs", got)
+    return got[0]
+
+
 def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
                   use_c: bool | None = None) -> ListResult:
     """Schedule every action of `arr` for `n_microbatches` under `policy` (C engine unless
@@ -129,13 +144,9 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     order = np.empty(S * 3 * M, dtype=np.int32)
     peak = np.zeros(D, dtype=np.float64)
     ms = ctypes.c_double(0.0)
-    i32, f64 = np.int32, np.float64
-    args = (np.ascontiguousarray(arr.dev, dtype=i32), np.ascontiguousarray(arr.dur, dtype=f64),
-            np.ascontiguousarray(arr.comm_f, dtype=f64), np.ascontiguousarray(arr.comm_b, dtype=f64),
-            np.ascontiguousarray(arr.act, dtype=f64), np.ascontiguousarray(arr.free_i, dtype=f64),
-            np.ascontiguousarray(arr.cap, dtype=f64), limits,
-            np.ascontiguousarray(policy.kind_rank, dtype=i32))
-    ptr = [a.__array_interface__["data"][0] for a in args]
+    kind_rank = np.ascontiguousarray(policy.kind_rank, dtype=np.int32)
+    ptr = [*_stage_pointers(arr), limits.__array_interface__["data"][0],
+           kind_rank.__array_interface__["data"][0]]
     done = lib.octo_list_schedule(
         S, M, D, int(split_backward), *ptr, int(policy.f_tiebreak), int(policy.b_tiebreak),
         float(policy.w_pressure), start.__array_interface__["data"][0],

@@ -172,6 +172,26 @@ def policy_moves(c: Candidate) -> list[Move]:
     return [(x, 0.0) for x in out]
 
 
+def warmup_moves(c: Candidate, n_devices: int) -> list[Move]:
+    """Under a memory budget: one stage's in-flight limit one higher or lower (one forward more
+    or less before its first backward), the per-device warm-up depth zero-bubble's automatic
+    scheduler chooses; the budget still caps what the list scheduler may hold."""
+    if math.isinf(c.inflight):
+        return []
+    S = c.n_stages
+    base = tuple(c.warmup) if len(c.warmup) == S else (0,) * S
+    lim = c.limits(n_devices)
+    out: list[Move] = []
+    for s in range(S):
+        for step in (1, -1):
+            if lim[s] + step < 1:
+                continue
+            new = list(base)
+            new[s] += step
+            out.append((c.with_(warmup=tuple(new) if any(new) else ()), 0.0))
+    return out
+
+
 def neighbours(c: Candidate, problem: Problem, attr: Attribution) -> list[tuple[Candidate, float, str]]:
     """Moves for `c`, the family matching the largest bubble cause listed first."""
     load = problem.device_load(c)
@@ -184,6 +204,8 @@ def neighbours(c: Candidate, problem: Problem, attr: Attribution) -> list[tuple[
              + [(x, b, "swap stages") for x, b in swap_stages(c, problem, pr, {busiest, idlest})])
     shape = [(x, b, "cut/merge") for x, b in cut_or_merge(c, problem, pr)]
     sched = [(x, b, "policy") for x, b in policy_moves(c)]
+    if problem.act_budget is not None:
+        sched += [(x, b, "warm-up depth") for x, b in warmup_moves(c, problem.n_devices)]
     if cause == "imbalance":
         groups = [place, part, shape, sched]
     elif cause == "memory":

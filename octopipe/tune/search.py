@@ -10,10 +10,11 @@ machine load, unless the safety cap stopped one of them (and the outcome says so
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, fields
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -65,10 +66,15 @@ class SearchOutcome:
 def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
     """Starting points: loop (1F1B / interleaved) and V placements on balanced stages, and
     longest-processing-time placements of balanced stages (down to one layer per stage)."""
+    return list(iter_seed_candidates(problem, max_chunks))
+
+
+def iter_seed_candidates(problem: Problem, max_chunks: int = 8) -> Iterator[Candidate]:
+    """`seed_candidates` one stage count at a time, so that a search whose work budget ends
+    after the first seeds does not balance the placements of the rest."""
     D, L = problem.n_devices, problem.n_layers
     work = problem.layer_work().mean(axis=1)
     ps = np.concatenate([[0.0], np.cumsum(work)])
-    out: list[Candidate] = []
     counts = sorted({D * v for v in range(1, max_chunks + 1) if D * v <= L}
                     | {min(L, max(D, int(round(L * f)))) for f in (0.5, 0.75, 1.0)})
     for S in counts:
@@ -89,8 +95,7 @@ def seed_candidates(problem: Problem, max_chunks: int = 8) -> list[Candidate]:
         for fam, pl in fams:
             for split_backward in (True, False):
                 for infl in (1.0, 2.0, math.inf):
-                    out.append(Candidate(part, pl, split_backward, infl, origin=fam))
-    return out
+                    yield Candidate(part, pl, split_backward, infl, origin=fam)
 
 
 class Evaluator:
@@ -128,13 +133,17 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
     rng = np.random.default_rng(seed)
     ev = Evaluator(problem)
     project = levers.project if levers is not None else (lambda c: c)
-    seeds = [project(c) for c in (*starts, *seed_candidates(problem, cfg.max_chunks))]
-    seeds = list(dict.fromkeys(c for c in seeds if c is not None))
+    seeds = (project(c) for c in itertools.chain(starts, iter_seed_candidates(problem,
+                                                                               cfg.max_chunks)))
     first = []          # the seeds in order, until the work budget is spent (at least one fits)
-    for i, c in enumerate(seeds):
+    seen: set[Candidate] = set()
+    for c in seeds:
+        if c is None or c in seen:
+            continue
         if ev.work >= cfg.max_work and any(math.isfinite(v) for v, _, _ in first):
             break
-        first.append((ev(c), i, c))
+        seen.add(c)
+        first.append((ev(c), len(first), c))
     scored = sorted(first, key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:

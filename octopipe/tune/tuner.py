@@ -37,7 +37,9 @@ from octopipe.config.tuner import TunerConfig
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
-from octopipe.schedule.table import v_placement
+from octopipe.schedule.action import Action, F, I, W
+from octopipe.schedule.table import ScheduleTable, v_placement
+from octopipe.sim.stage_span import stage_spans
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.bounds import layer_bound, lower_bound
 from octopipe.tune.candidate import Candidate, Problem
@@ -51,6 +53,7 @@ from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
 from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
 from solvers.placement_ilp import solve_partition_placement
+from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
 
 # the joint partition + placement ILP only where its root solve is quick: on larger instances
@@ -264,7 +267,7 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
             continue               # pieces this run does not price: it cannot rank the plan
         plan = replace(plan, meta={**plan.meta, "origin": plan.meta.get("origin", f"caller's plan {k}")})
         finals.append(evaluate(st.problem_of(plan), "OctoPipe", "octopipe", plan))
-    finals.sort(key=lambda e: (not e.feasible, e.makespan_s))
+    finals.sort(key=lambda e: _rank(e, problem.act_budget is not None))
     history = list(st.outcome.history)
     if (finals and finals[0].feasible and b.polish_sims > 0 and st.levers.has("schedule")
             and not finals[0].plan.table.is_lowered):
@@ -282,6 +285,14 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
                             "makespan_s": float(sim.makespan), "move": f"row reorder x{len(moves)}",
                             "candidate": moves[-1]})
     return finals, history
+
+
+def _rank(ev: Evaluated, budgeted: bool) -> tuple:
+    """Finalists' order: feasible first, then makespan; under a memory budget, equal makespans
+    (to 1e-12 s) rank by the longest stage span (zero-bubble's cost, `sim.stage_span`)."""
+    if not budgeted or ev.sim is None:
+        return (not ev.feasible, ev.makespan_s)
+    return (not ev.feasible, round(ev.makespan_s, 12), float(stage_spans(ev.sim).max()))
 
 
 def w_ilp(st: TuneState, solver_cfg: SolverConfig) -> None:
@@ -358,7 +369,33 @@ def budget_plans(problem: Problem, model: str) -> list[Plan]:
         for part in dict.fromkeys((Partition.uniform(L, D * v), Partition.balanced(work, D * v))):
             out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
                             meta={"origin": f"{name} under the memory budget"}))
+    if D <= L:
+        for part in dict.fromkeys((Partition.uniform(L, D), Partition.balanced(work, D))):
+            table = _zb_auto_table(problem, part)
+            if table is not None:
+                out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
+                                meta={"origin": "zero-bubble's automatic scheduler under the "
+                                                "memory budget"}))
     return out
+
+
+def _zb_auto_table(problem: Problem, part: Partition) -> ScheduleTable | None:
+    """zero-bubble's automatic scheduler (`solvers.zb_auto`) on one stage per device, with the
+    stages' own times, bytes and budget; None when its greedy cannot fit the budget."""
+    D, M = problem.n_devices, problem.n_microbatches
+    arr = problem.arrays(Candidate(part, tuple(range(D))))
+    dur = np.asarray(arr.dur)
+    tup = lambda x: tuple(float(v) for v in x)  # noqa: E731
+    inst = ZbInstance(tup(dur[:, 0]), tup(dur[:, 1]), tup(dur[:, 2]), tup(arr.act),
+                      tup(np.asarray(arr.act) - np.asarray(arr.free_i)),
+                      tup(np.where(np.asarray(arr.cap) < 0, np.inf, arr.cap)),
+                      float(np.max(arr.comm_f, initial=0.0)), M)
+    try:
+        z = zb_auto_schedule(inst)
+    except InfeasibleError:
+        return None
+    rows = [[Action(s, (F, I, W)[k], mb) for k, mb in z.rows[s]] for s in range(D)]
+    return ScheduleTable.from_rows(rows, tuple(range(D)), M, "zb_auto")
 
 
 def s1f1b_activation(problem: Problem) -> float:
