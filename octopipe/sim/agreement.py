@@ -1,0 +1,81 @@
+"""RRFP's tensor-parallel agreement, timed: which tasks need it and what one round costs.
+
+Under ready-first dispatch the TP ranks of a device must issue identical collectives in identical
+order, so before every task that runs TP collectives they all-gather one scalar (the task each
+would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
+one round, `agreement_seconds`, before each such task: F of a stage whose layers run a TP
+collective in F, I or B of a stage whose layers run one in the backward (W runs none; the tasks
+are read off `octopipe.cost.collectives.tp_layer_collectives`). Strict dispatch needs no agreement
+(every TP rank follows the same row); `TpAgreement.strict` charges it there too, for a runtime
+whose TP ranks agree whatever the policy.
+
+One round is a ring all-gather of one int64 per rank over the TP group's link:
+`(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from octopipe.cluster import Link
+from octopipe.cost.collectives import all_gather_seconds, tp_layer_collectives
+from octopipe.model.spec import ModelSpec
+from octopipe.plan import Partition
+from octopipe.sim.durations import Durations, TpAgreement
+from octopipe.sim.program import Program
+
+PICK_BYTES = 8.0
+"""Each TP rank's pick: one int64."""
+
+
+def agreement_seconds(tp: int, link: Link) -> float:
+    """One agreement round: an all-gather of one int64 per rank over `tp` ranks on `link`."""
+    return all_gather_seconds(PICK_BYTES * tp, tp, link)
+
+
+def collective_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
+                      tp: int) -> tuple[np.ndarray, np.ndarray]:
+    """[S] bools: whether stage s runs a TP collective in its forward, and in its backward (I)."""
+    part = Partition.of(partition)
+    fwd, bwd = np.zeros(len(part), dtype=bool), np.zeros(len(part), dtype=bool)
+    for s, (lo, hi) in enumerate(part):
+        for x in model.layers[lo:hi]:
+            phases = {c.phase for c in tp_layer_collectives(x, 1, tp)}
+            fwd[s] |= "f" in phases
+            bwd[s] |= "i" in phases
+    return fwd, bwd
+
+
+def collective_tasks(program: Program, model: ModelSpec,
+                     partition: Partition | Sequence[tuple[int, int]], tp: int) -> np.ndarray:
+    """[n_compute] bools: the compute nodes that run TP collectives (and so need an agreement)."""
+    fwd, bwd = collective_stages(model, partition, tp)
+    k, s = program.c_kind, program.c_stage
+    return np.where(k == 0, fwd[s], np.where((k == 1) | (k == 3), bwd[s], False))
+
+
+def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float, strict: bool = False) -> Durations:
+    """`dur` with RRFP's agreement: `seconds` before each compute node where `tasks` is set."""
+    return replace(dur, agreement=TpAgreement(float(seconds), np.asarray(tasks, dtype=bool), strict))
+
+
+def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
+                 partition: Partition | Sequence[tuple[int, int]], tp: int, link: Link) -> Durations:
+    """`dur` with the agreement of `tp` ranks per device on `link` before every task with TP
+    collectives (unchanged at tp = 1)."""
+    if tp <= 1:
+        return dur
+    return with_agreement(dur, collective_tasks(program, model, partition, tp), agreement_seconds(tp, link))
+
+
+def charged(dur: Durations, ready_first: bool) -> Durations:
+    """The durations the engine runs: each agreed task's round added to its compute where the
+    policy pays it (ready-first always; strict when `TpAgreement.strict`); the agreement is then
+    spent (`agreement` None), so charging twice adds nothing."""
+    ag = dur.agreement
+    if ag is None:
+        return dur
+    pays = ready_first or ag.strict
+    return replace(dur, compute=dur.compute + ag.seconds * ag.tasks if pays else dur.compute, agreement=None)
