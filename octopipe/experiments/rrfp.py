@@ -53,6 +53,7 @@ from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.runtime.tensor_parallel import agreement_cost_s, tp_exactness
 from octopipe.schedule.library import build_schedule
+from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.durations import Durations, bind
 from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
@@ -121,12 +122,14 @@ def head_split(model: ModelSpec, costs: CostTable, n: int) -> ModelSpec:
 
 def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup:
     """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans (with
-    `tp` TP ranks per pipeline rank: emulated_ranks / tp pipeline ranks)."""
+    `tp` TP ranks per pipeline rank: emulated_ranks / tp pipeline ranks, costed at cost.tp = tp:
+    work divided by tp, TP collectives timed on the loopback link and added to F and I)."""
     whole = setup_model(ex, workload)
     n = ex.emulated_ranks // tp if compute == "emulated" else ex.real_ranks
     m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
-    model = head_split(whole, analytic_costs(AnalyticCost(), whole, local_cluster(n, LINK)), n)
-    costs = analytic_costs(AnalyticCost(), model, local_cluster(n, LINK))
+    cost = AnalyticCost(tp=tp)
+    model = head_split(whole, analytic_costs(cost, whole, local_cluster(n, LINK)), n)
+    costs = analytic_costs(cost, model, local_cluster(n, LINK))
     part = Partition.balanced(costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0], n)
     plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}
     mm = workload == "multimodal"
@@ -179,9 +182,12 @@ def base_durations(s: Setup, schedule: str, times: dict | None) -> tuple[Simulat
     return sim, dur.scaled(compute=comp)
 
 
-def sim_run(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False):
+def sim_run(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False,
+            agreement_s: float = 0.0):
     """The simulation of `config`'s policy on the draws of `seed` (`capped`: each rank at most
-    its row's own need live)."""
+    its row's own need live). With TP ranks, `agreement_s` is charged before every task under
+    both policies, as the runtime's dispatcher agrees (`runtime.worker`: one scalar all-gather
+    per round, before every action, strict included)."""
     sim, dur = base
     job = s.job(schedule_of(config.hint if config.dispatch == "ready_first" else None), config)
     var = variability_of(config, job)
@@ -189,11 +195,30 @@ def sim_run(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], 
     cap = [row_need(r) for r in rows] if capped else config.max_inflight
     policy = "strict" if config.dispatch == "strict" else ReadyFirst(config.hint, cap)
     jd = var.apply(sim.program, dur, np.random.default_rng(seed)) if var.active else dur
+    if s.tp > 1 and agreement_s > 0:
+        jd = with_agreement(jd, np.ones(sim.program.n_compute, dtype=bool), agreement_s, strict=True)
     return sim.run(jd, policy=policy)
 
 
-def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False) -> float:
-    return sim_run(s, config, base, seed, capped).makespan
+def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False,
+             agreement_s: float = 0.0) -> float:
+    return sim_run(s, config, base, seed, capped, agreement_s).makespan
+
+
+def rrfp_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, agreement_s: float) -> float:
+    """Ready-first under RRFP's own rule: one round before each task with TP collectives only
+    (`octopipe.sim.agreement`), against a strict baseline that agrees on nothing."""
+    sim, dur = base
+    var = variability_of(config, s.job(schedule_of(config.hint), config))
+    jd = var.apply(sim.program, dur, np.random.default_rng(seed)) if var.active else dur
+    tasks = collective_tasks(sim.program, s.model, s.plans[schedule_of(config.hint)].partition, s.tp)
+    return sim.run(with_agreement(jd, tasks, agreement_s), policy=ReadyFirst(config.hint, config.max_inflight)).makespan
+
+
+def agreement_round_s(res: ExecutionResult) -> float:
+    """Mean seconds of one agreement round over a run's ranks and iterations (0 without TP)."""
+    got = [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
+    return 1e-6 * float(np.mean(got)) if got else 0.0
 
 
 def ratio_stats(x: list[float]) -> tuple[float, float]:
@@ -212,10 +237,12 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
     for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
-        strict = execute(s.job("1f1b", strict_cfg)).iteration_s
-        sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
+        strict_res = execute(s.job("1f1b", strict_cfg))
+        strict = strict_res.iteration_s
+        ag = agreement_round_s(strict_res)       # calibrated on the baseline, not on the run predicted
+        sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it), agreement_s=ag) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
-        mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
+        mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd, agreement_s=ag) for sd in mc_seeds]
         for hint in (ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints):
             rf_cfg = policy_config(cfg, hint)
             res = execute(s.job(schedule_of(hint), rf_cfg))
@@ -223,19 +250,23 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
             meas = [strict[it] / res.iteration_s[it] for it in measured]
             base = bases[schedule_of(hint)]
-            same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it)) for it in measured]
-            mc = [a / sim_time(s, rf_cfg, base, sd) for a, sd in zip(mc_strict, mc_seeds)]
-            capped = [a / sim_time(s, rf_cfg, base, sd, True) for a, sd in zip(mc_strict, mc_seeds)]
+            same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it), agreement_s=ag) for it in measured]
+            mc = [a / sim_time(s, rf_cfg, base, sd, agreement_s=ag) for a, sd in zip(mc_strict, mc_seeds)]
+            capped = [a / sim_time(s, rf_cfg, base, sd, True, ag) for a, sd in zip(mc_strict, mc_seeds)]
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
             (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
+            extra = {}
+            if s.tp > 1:
+                rrfp = [sim_time(s, strict_cfg, bases["1f1b"], sd) / rrfp_time(s, rf_cfg, base, sd, ag) for sd in mc_seeds]
+                extra = {"agreement_s": ag, "simulated_rrfp_rule_speedup": float(np.mean(rrfp))}
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
                            "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
                            "simulated_mc_speedup": mc_mean, "simulated_mc_spread": mc_sd,
                            "simulated_capped_speedup": float(np.mean(capped)), "memory_ratio": float(mem),
                            "ranks": s.plans["1f1b"].table.n_devices,
-                           "microbatches": s.plans["1f1b"].table.n_microbatches})
+                           "microbatches": s.plans["1f1b"].table.n_microbatches, **extra})
     return points, dispatch_us, agree_us
 
 
