@@ -5,9 +5,12 @@ order, so before every task that runs TP collectives they all-gather one scalar 
 would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
 one round, `agreement_seconds`, before each such task: F of a stage whose layers run a TP
 collective in F, I or B of a stage whose layers run one in the backward (W runs none; the tasks
-are read off `octopipe.cost.collectives.tp_layer_collectives`). Strict dispatch needs no agreement
-(every TP rank follows the same row); `TpAgreement.strict` charges it there too, for a runtime
-whose TP ranks agree whatever the policy.
+are read off `octopipe.cost.collectives.tp_layer_collectives`). Under ready-first a task is ready
+only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
+Strict dispatch needs no agreement (every TP rank follows the same row); `TpAgreement.strict`
+charges it there too, for a runtime whose TP ranks agree whatever the policy: the round then runs
+as soon as the device's previous task ends and overlaps the wait for the next task's input
+(`strict_rounds`, `octopipe.sim.engine.run_strict`'s `agree`).
 
 One round is a ring all-gather of one int64 per rank over the TP group's link:
 `(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).
@@ -71,11 +74,18 @@ def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
 
 
 def charged(dur: Durations, ready_first: bool) -> Durations:
-    """The durations the engine runs: each agreed task's round added to its compute where the
-    policy pays it (ready-first always; strict when `TpAgreement.strict`); the agreement is then
-    spent (`agreement` None), so charging twice adds nothing."""
+    """The durations the ready-first engine runs: each agreed task's round added to its compute;
+    the agreement is then spent (`agreement` None), so charging twice adds nothing. Strict
+    durations are returned as they are (their rounds are `strict_rounds`)."""
     ag = dur.agreement
-    if ag is None:
+    if ag is None or not ready_first:
         return dur
-    pays = ready_first or ag.strict
-    return replace(dur, compute=dur.compute + ag.seconds * ag.tasks if pays else dur.compute, agreement=None)
+    return replace(dur, compute=dur.compute + ag.seconds * ag.tasks, agreement=None)
+
+
+def strict_rounds(dur: Durations) -> list[float] | None:
+    """[n_compute] seconds of the round before each task under strict dispatch (None: none)."""
+    ag = dur.agreement
+    if ag is None or not ag.strict or ag.seconds <= 0:
+        return None
+    return (ag.seconds * ag.tasks).tolist()
