@@ -65,12 +65,14 @@ def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float, strict: bo
 
 
 def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
-                 partition: Partition | Sequence[tuple[int, int]], tp: int, link: Link) -> Durations:
-    """`dur` with the agreement of `tp` ranks per device on `link` before every task with TP
-    collectives (unchanged at tp = 1)."""
+                 partition: Partition | Sequence[tuple[int, int]], tp: int, link: Link,
+                 seconds: float | None = None) -> Durations:
+    """`dur` with the agreement of `tp` ranks per device before every task with TP collectives:
+    `seconds` per round, or one scalar all-gather on `link` (unchanged at tp = 1)."""
     if tp <= 1:
         return dur
-    return with_agreement(dur, collective_tasks(program, model, partition, tp), agreement_seconds(tp, link))
+    a = agreement_seconds(tp, link) if seconds is None else float(seconds)
+    return with_agreement(dur, collective_tasks(program, model, partition, tp), a)
 
 
 def charged(dur: Durations, ready_first: bool) -> Durations:

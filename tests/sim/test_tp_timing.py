@@ -117,3 +117,21 @@ def test_agreement_survives_jitter_and_is_charged_once():
     assert sim.run(jd, policy=rf).makespan == pytest.approx(sim.run(plain, policy=rf).makespan + n * a, rel=1e-12)
     again = bind(sim.program, part, AnalyticCostModel(tp=2).table(m, FOUR), FOUR)
     assert again.agreement is None
+
+
+def test_mode_simulate_charges_the_agreement_under_ready_first(tmp_path, capsys):
+    """cost.tp=2 with sim.policy=ready_first: each of the 8 x 4 F and B of 1F1B on 4 ranks (every
+    stage of tiny_hybrid runs TP collectives both ways) waits one round; strict pays none."""
+    import json
+    from tests.reliability.cli import run_in_process
+    base = ["mode=simulate", "model=tiny_hybrid", "schedule=1f1b", "pp=4", "microbatches=8", "cost.tp=2"]
+    spans = {}
+    for name, extra in (("none", ["sim.policy=ready_first", "sim.tp_agreement_s=0"]),
+                        ("agreed", ["sim.policy=ready_first", "sim.tp_agreement_s=0.5"]),
+                        ("strict", ["sim.tp_agreement_s=0.5"]), ("strict0", [])):
+        code, err = run_in_process([*base, *extra, f"hydra.run.dir={tmp_path / name}"], capsys)
+        assert code == 0, err
+        spans[name] = json.loads((tmp_path / name / "summary.json").read_text())["makespan_s"]
+    assert spans["strict"] == spans["strict0"]
+    assert spans["agreed"] >= spans["none"] + 0.5 * (8 * 2 + 3 * 2)
+    assert spans["agreed"] <= spans["none"] + 0.5 * 8 * 2 * 4
