@@ -195,8 +195,12 @@ class RrfpExperiment(ExperimentConfig):
     language: str = setting("tiny_hybrid", "the language workload (model preset)")
     multimodal: str = setting("tiny_vlm", "the multimodal workload (model preset)")
     language_seq_len_cv: float = setting(0.0, "language: sequence length variability", ge=0, le=3)
-    multimodal_seq_len_cv: float = setting(0.25, "multimodal: text length variability", ge=0, le=3)
-    multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this", ge=1)
+    multimodal_seq_len_cv: float = setting(0.25, "multimodal: text length variability (lognormal CV; "
+                                                 "RRFP, published-systems.md §3.1, names input-length "
+                                                 "variance without a distribution)", ge=0, le=3)
+    multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this; they drive "
+                                            "the ViT layers and the image tokens' share of the language "
+                                            "layers (octopipe.sim.variability.image_share)", ge=1)
     jitter_cvs: tuple[float, ...] = setting((0.0, 0.1, 0.3, 0.5), "compute jitter levels", ge=0, le=3)
     straggler_cv: float = setting(0.1, "the straggler case's jitter", ge=0, le=3)
     straggler_prob: float = setting(0.05, "the straggler case: probability per action", ge=0, le=1)

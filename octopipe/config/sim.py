@@ -35,6 +35,10 @@ class SimConfig:
         ge=1)
     memory_limit: bool = setting(False, "ready_first: hold an F back when it would exceed "
                                         "device memory")
+    tp_agreement_s: float | None = setting(
+        None, "ready_first with cost.tp > 1: seconds of RRFP's agreement before each task with TP "
+              "collectives (one scalar all-gather, octopipe/sim/agreement.py); null: (tp - 1) x the "
+              "TP link's latency + 8 (tp - 1) bytes over its bandwidth; 0: not charged", ge=0)
     check_memory: bool = setting(False, "error (exit 2) when a device's peak exceeds its capacity")
     seeds: int = setting(5, "mode=compare: seeds per jitter level", ge=1)
     jitter_levels: tuple[float, ...] = setting(

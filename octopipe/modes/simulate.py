@@ -4,7 +4,8 @@
 whose partition is used, or a torch CSV); layers are split evenly over the stages otherwise.
 `sim.*` chooses the policy, communication semantics, hint, limits and jitter; with
 `sim.monte_carlo=N` the summary adds the makespan's mean, spread and percentiles over N seeded
-jittered runs. Artifacts: trace.json (Chrome/Perfetto), timeline.png, schedule.csv (torch
+jittered runs. With cost.tp > 1 under ready_first, RRFP's TP agreement is charged before each
+task with TP collectives (`sim.tp_agreement_s`, octopipe/sim/agreement.py). Artifacts: trace.json (Chrome/Perfetto), timeline.png, schedule.csv (torch
 dialect), plan.json, and under ready_first executed_schedule.csv: the order each device
 actually ran, a table that strict order reproduces.
 """
@@ -28,6 +29,7 @@ from octopipe.schedule.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, ReadyFirst, Simulator
+from octopipe.sim.agreement import tp_agreement
 from octopipe.sim.result import CAUSES
 from octopipe.sim.trace import sim_timeline_png, sim_trace
 
@@ -134,6 +136,10 @@ def run(inputs: Inputs) -> Result:
                           f"{cluster.n_devices}; set pp={cluster.n_devices} or pick a larger cluster")
     plan = Plan(partition, table, model.name, cluster.name, {"source": "mode=simulate"})
     sim = Simulator(plan, costs, cluster)
+    tp = getattr(cfg.cost, "tp", 1)
+    if tp > 1 and cfg.sim.policy == "ready_first" and costs.n_layers == model.n_layers:
+        link = cluster.inter_link if getattr(cfg.cost, "tp_link", "intra") == "inter" else cluster.intra_link
+        sim.durations = tp_agreement(sim.program, sim.durations, model, partition, tp, link, cfg.sim.tp_agreement_s)
     opts = run_options(cfg.sim)
     jitter = jitter_of(cfg.sim)
     res = sim.run(jitter=jitter, seed=cfg.seed, **opts)

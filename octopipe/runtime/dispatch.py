@@ -21,7 +21,7 @@ from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import bind
 from octopipe.sim.hints import HINTS, cap_problem
 from octopipe.sim.program import compile_table
-from octopipe.sim.variability import Variability, vision_share
+from octopipe.sim.variability import Variability, image_share
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ def variability_of(config: RuntimeConfig, job: Job) -> Variability:
     model, costs, partition = job.model, job.costs, job.plan.partition
     share: tuple[float, ...] = ()
     if config.images_max > 1 and model is not None:
-        kinds = tuple(layer.kind.value for layer in model.layers)
-        f = costs.f[:, 0] if costs is not None and costs.n_layers == len(kinds) else np.ones(len(kinds))
-        share = vision_share(kinds, f, partition)
+        n = model.n_layers
+        f = costs.f[:, 0] if costs is not None and costs.n_layers == n else np.ones(n)
+        share = image_share(model, f, partition)
     return Variability(cv=config.jitter_cv, straggler_prob=config.straggler_prob,
                        straggler_factor=config.straggler_factor, slow_rank=config.slow_rank,
                        slow_rank_factor=config.slow_rank_factor, transfer_delay=config.transfer_delay,

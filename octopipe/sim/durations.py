@@ -10,6 +10,9 @@ optimizer state) count once per stage a device holds in any placement, so Chimer
 count twice. Data parallelism (`GradSync`, optional): each stage's gradient synchronization
 (`octopipe.cost.collectives.dp_sync_seconds`) runs on its device's DP link after the stage's last
 backward (overlapping the cool-down's remaining backward work) or after the device's last compute.
+Tensor parallelism: the TP collectives are inside the CostTable's F and I (`cost.tp`,
+`octopipe.cost.collectives`); RRFP's agreement before each task with TP collectives
+(`TpAgreement`, set by `octopipe.sim.agreement`) is charged by the simulator under ready-first.
 """
 from __future__ import annotations
 
@@ -37,6 +40,16 @@ class GradSync:
 
 
 @dataclass(frozen=True, eq=False)
+class TpAgreement:
+    """RRFP's TP agreement: `seconds` (one scalar all-gather) before each compute node where
+    `tasks` ([n_compute] bools) is set; charged under ready-first, and under strict when `strict`."""
+
+    seconds: float
+    tasks: np.ndarray
+    strict: bool = False
+
+
+@dataclass(frozen=True, eq=False)
 class Durations:
     """Per compute node and per transfer seconds, per node memory deltas, per device limits."""
 
@@ -51,6 +64,7 @@ class Durations:
     train_flops: float         # FLOPs of one iteration (F + B = 3 forward), 0 when unknown
     tokens: float              # tokens of one iteration, 0 when unknown
     grad_sync: GradSync | None = None   # data-parallel gradient sync per stage (None: dp = 1)
+    agreement: TpAgreement | None = None  # RRFP's TP agreement per task (None: tp = 1, or not charged)
 
     def scaled(self, compute: np.ndarray | None = None, transfer: np.ndarray | None = None) -> "Durations":
         """The same durations with some arrays replaced (jitter, what-if studies)."""

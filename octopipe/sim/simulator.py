@@ -4,8 +4,9 @@ Policies: ``strict`` runs each device's row in order (a fixed-order runtime) und
 rendezvous or batched communication; ``ready_first`` treats the row as a non-binding ranking
 (hints ``table``, ``bf``: backward before forward, ``bfw``: I/B, then F, then deferred W) and
 dispatches the best-ranked ready compute, with eager messages (arrival makes an action ready),
-optionally under a per-device in-flight or memory limit. `SimResult.executed_table()` freezes
-what ran into a table that `strict` reproduces.
+optionally under a per-device in-flight or memory limit, paying RRFP's TP agreement before each
+task with TP collectives where the durations carry one (`octopipe.sim.agreement`).
+`SimResult.executed_table()` freezes what ran into a table that `strict` reproduces.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, InfeasibleError
 from octopipe.plan import Plan
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim.agreement import charged, strict_rounds
 from octopipe.sim.deadlock import Deadlock, analyze
 from octopipe.sim.durations import Durations, bind, uniform
 from octopipe.sim.engine import EAGER, SEMANTICS, Raw, run_ready_first, run_strict
@@ -121,9 +123,10 @@ class Simulator:
         dur = durations if durations is not None else self.durations
         if dur is None:
             raise ConfigError("no durations: pass cost= and cluster= to Simulator, or call .uniform()")
+        dur = charged(dur, rf is not None)
         if rf is None:
             with _no_gc():
-                return run_strict(self.program, dur, semantics)
+                return run_strict(self.program, dur, semantics, strict_rounds(dur))
         hint, max_inflight, memory_limit = rf.hint, rf.max_inflight, rf.memory_limit
         n_d = self.program.n_devices
         caps = None
@@ -149,6 +152,7 @@ class Simulator:
         if jitter is not None and jitter.active:
             rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
             dur = jitter.apply(self.program, dur, rng)
+        dur = charged(dur, _policy(policy) is not None)
         raw = self.raw(dur, policy=policy, semantics=semantics)
         name = "strict" if _policy(policy) is None else ReadyFirst.name
         if raw.stuck is not None:

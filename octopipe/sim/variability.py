@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from octopipe.errors import ConfigError
+from octopipe.model.layer import LayerKind
+from octopipe.model.spec import ModelSpec
 from octopipe.sim.durations import Durations
 from octopipe.sim.program import Program
 
@@ -106,8 +108,9 @@ class Variability:
     `transfer_delay` x the mean stage F. Per micro-batch (data): its sequence length is
     lognormal around the mean with `seq_len_cv` (clipped to [1/4, 4] x the mean) and, with
     `images_max` > 0, each of its `samples` samples carries 1..images_max images (uniform), so
-    the share `vision_share[stage]` of a stage's time (its vision layers) follows the
-    micro-batch's image count and the rest its length. `floor` bounds every compute factor
+    the share `vision_share[stage]` of a stage's time follows the micro-batch's image count and
+    the rest its length (`image_share`: the vision layers, and the image tokens' part of the
+    language layers' tokens, since those layers run on image plus text tokens). `floor` bounds every compute factor
     below (real compute cannot do less than the step itself: it uses floor=1)."""
 
     cv: float = 0.0
@@ -203,4 +206,23 @@ def vision_share(kinds: tuple[str, ...], f_costs: np.ndarray, partition) -> tupl
         tot = float(np.sum(f_costs[lo:hi]))
         vis = sum(float(f_costs[k]) for k in range(lo, hi) if kinds[k] in VISION_KINDS)
         out.append(vis / tot if tot > 0 else 0.0)
+    return tuple(out)
+
+
+def image_share(model: ModelSpec, f_costs: np.ndarray, partition) -> tuple[float, ...]:
+    """Per stage, the share of its F time that follows the micro-batch's image count: all of a
+    vision layer's time (patch embedding, ViT blocks, projector: fixed patches per image, so their
+    work is linear in images) and, in every other layer, the fraction of its tokens that are image
+    tokens (`octopipe.model.build` feeds the projector's tokens to the language layers ahead of the
+    text; the head's loss runs on text only). The modelled micro-batch is the mean one: its image
+    tokens scale with `images` (mean 1) and its text with `length` (mean 1)."""
+    image_tokens = sum(x.tokens for x in model.layers if x.kind is LayerKind.PROJECTOR)
+    frac = np.array([1.0 if x.kind.value in VISION_KINDS
+                     else (min(image_tokens / x.tokens, 1.0) if x.tokens > 0 else 0.0)
+                     for x in model.layers])
+    f = np.asarray(f_costs, dtype=float)
+    out = []
+    for lo, hi in partition:
+        tot = float(np.sum(f[lo:hi]))
+        out.append(float(np.sum(f[lo:hi] * frac[lo:hi])) / tot if tot > 0 else 0.0)
     return tuple(out)

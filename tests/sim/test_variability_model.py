@@ -89,3 +89,23 @@ def test_caps_count_micro_batches_and_a_cap_that_could_deadlock_is_named():
     # a safe cap holds: gpipe with one slot per device never has two live micro-batches
     res = Simulator(build_schedule("gpipe", 3, 6)).uniform(1.0, 2.0).run(policy=ReadyFirst("bf", max_inflight=1))
     assert res.peak_activation_memory.max() == 1
+
+
+def test_image_tokens_carry_the_image_count_into_the_language_stages():
+    """tiny_vlm feeds 16 image tokens ahead of 48 text tokens to its language layers: those
+    layers' time follows the images by 16/64, the vision layers' wholly, the head's (text-only
+    loss) not at all; with equal layer times a stage's share is the mean of its layers'."""
+    from octopipe.config.presets import preset
+    from octopipe.model.build import build_model
+    from octopipe.sim.variability import image_share
+    m = build_model(preset("model", "tiny_vlm"))
+    kinds = [x.kind.value for x in m.layers]
+    assert kinds[:4] == ["patch_embed", "vit_block", "vit_block", "projector"] and kinds[-1] == "head"
+    f = np.arange(1.0, m.n_layers + 1)
+    got = image_share(m, f, ((0, 4), (4, 9), (9, 10)))
+    assert got == pytest.approx((1.0, 16 / 64, 0.0))
+    mixed = image_share(m, f, ((0, 5), (5, 10)))
+    assert mixed[0] == pytest.approx((1 + 2 + 3 + 4 + 5 * 0.25) / 15)
+    assert mixed[1] == pytest.approx((6 + 7 + 8 + 9) * 0.25 / 40)
+    lm = build_model(preset("model", "tiny_hybrid"))
+    assert image_share(lm, np.ones(lm.n_layers), ((0, lm.n_layers),)) == (0.0,)

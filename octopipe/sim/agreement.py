@@ -1,0 +1,93 @@
+"""RRFP's tensor-parallel agreement, timed: which tasks need it and what one round costs.
+
+Under ready-first dispatch the TP ranks of a device must issue identical collectives in identical
+order, so before every task that runs TP collectives they all-gather one scalar (the task each
+would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
+one round, `agreement_seconds`, before each such task: F of a stage whose layers run a TP
+collective in F, I or B of a stage whose layers run one in the backward (W runs none; the tasks
+are read off `octopipe.cost.collectives.tp_layer_collectives`). Under ready-first a task is ready
+only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
+Strict dispatch needs no agreement (every TP rank follows the same row); `TpAgreement.strict`
+charges it there too, for a runtime whose TP ranks agree whatever the policy: the round then runs
+as soon as the device's previous task ends and overlaps the wait for the next task's input
+(`strict_rounds`, `octopipe.sim.engine.run_strict`'s `agree`).
+
+One round is a ring all-gather of one int64 per rank over the TP group's link:
+`(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from octopipe.cluster import Link
+from octopipe.cost.collectives import all_gather_seconds, tp_layer_collectives
+from octopipe.model.spec import ModelSpec
+from octopipe.plan import Partition
+from octopipe.sim.durations import Durations, TpAgreement
+from octopipe.sim.program import Program
+
+PICK_BYTES = 8.0
+"""Each TP rank's pick: one int64."""
+
+
+def agreement_seconds(tp: int, link: Link) -> float:
+    """One agreement round: an all-gather of one int64 per rank over `tp` ranks on `link`."""
+    return all_gather_seconds(PICK_BYTES * tp, tp, link)
+
+
+def collective_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
+                      tp: int) -> tuple[np.ndarray, np.ndarray]:
+    """[S] bools: whether stage s runs a TP collective in its forward, and in its backward (I)."""
+    part = Partition.of(partition)
+    fwd, bwd = np.zeros(len(part), dtype=bool), np.zeros(len(part), dtype=bool)
+    for s, (lo, hi) in enumerate(part):
+        for x in model.layers[lo:hi]:
+            phases = {c.phase for c in tp_layer_collectives(x, 1, tp)}
+            fwd[s] |= "f" in phases
+            bwd[s] |= "i" in phases
+    return fwd, bwd
+
+
+def collective_tasks(program: Program, model: ModelSpec,
+                     partition: Partition | Sequence[tuple[int, int]], tp: int) -> np.ndarray:
+    """[n_compute] bools: the compute nodes that run TP collectives (and so need an agreement)."""
+    fwd, bwd = collective_stages(model, partition, tp)
+    k, s = program.c_kind, program.c_stage
+    return np.where(k == 0, fwd[s], np.where((k == 1) | (k == 3), bwd[s], False))
+
+
+def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float, strict: bool = False) -> Durations:
+    """`dur` with RRFP's agreement: `seconds` before each compute node where `tasks` is set."""
+    return replace(dur, agreement=TpAgreement(float(seconds), np.asarray(tasks, dtype=bool), strict))
+
+
+def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
+                 partition: Partition | Sequence[tuple[int, int]], tp: int, link: Link,
+                 seconds: float | None = None) -> Durations:
+    """`dur` with the agreement of `tp` ranks per device before every task with TP collectives:
+    `seconds` per round, or one scalar all-gather on `link` (unchanged at tp = 1)."""
+    if tp <= 1:
+        return dur
+    a = agreement_seconds(tp, link) if seconds is None else float(seconds)
+    return with_agreement(dur, collective_tasks(program, model, partition, tp), a)
+
+
+def charged(dur: Durations, ready_first: bool) -> Durations:
+    """The durations the ready-first engine runs: each agreed task's round added to its compute;
+    the agreement is then spent (`agreement` None), so charging twice adds nothing. Strict
+    durations are returned as they are (their rounds are `strict_rounds`)."""
+    ag = dur.agreement
+    if ag is None or not ready_first:
+        return dur
+    return replace(dur, compute=dur.compute + ag.seconds * ag.tasks, agreement=None)
+
+
+def strict_rounds(dur: Durations) -> list[float] | None:
+    """[n_compute] seconds of the round before each task under strict dispatch (None: none)."""
+    ag = dur.agreement
+    if ag is None or not ag.strict or ag.seconds <= 0:
+        return None
+    return (ag.seconds * ag.tasks).tolist()
