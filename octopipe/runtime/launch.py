@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
+from octopipe.sim.agreement import agreement_stages
 from octopipe.runtime.control import Control, Failure
 from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
@@ -271,7 +272,16 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
                    result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
                    weights=job.weights,
                    arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}),
-                   tp=config.tp)
+                   tp=config.tp, agree_stages=agree_stages(job))
+
+
+def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:
+    """Per stage, whether its F, I/B and W run TP collectives: what RRFP's agreement keys on
+    (`octopipe.sim.agreement.agreement_stages`, the simulator's definition); empty (F, I and B of
+    every stage) without a ModelSpec or at tp = 1."""
+    if job.config.tp <= 1 or not isinstance(job.model, ModelSpec):
+        return ()
+    return agreement_stages(job.model, job.plan.partition, job.config.tp)
 
 
 def _check(job: Job) -> ScheduleTable:

@@ -74,14 +74,45 @@ def check_grid(model: ModelSpec | None, tp: int, pp: int, ranks: int | None = No
     return Grid(pp, tp)
 
 
+def agreed(picks: list[int], pick: int) -> bool:
+    """Whether a round's gathered `picks` agree on this rank's `pick` (`NONE` never agrees)."""
+    return pick != NONE and all(p == pick for p in picks)
+
+
+class Round:
+    """One agreement round posted without blocking: an all-gather of this rank's `pick` (one
+    int64) over `group`, on `device` (the CPU for gloo, the rank's GPU for NCCL). `wake` is
+    called when it completes (gloo's future; None: poll `done`), so a dispatcher waiting on its
+    inbox for arrivals is woken by the round too, and runs other work meanwhile. `seen`: what the
+    poster knew when it picked (`runtime.worker`'s change count)."""
+
+    def __init__(self, pick: int, group, device: torch.device | None = None,
+                 wake: Callable[[], None] | None = None, seen: int = 0) -> None:
+        self.pick, self.seen = pick, seen
+        mine = torch.tensor([pick], dtype=torch.int64, device=device)
+        self.picks = [torch.empty(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size(group))]
+        self.finished = False
+        self.work = dist.all_gather(self.picks, mine, group=group, async_op=True)
+        if wake is not None:
+            self.work.get_future().add_done_callback(lambda _: self._done(wake))
+
+    def _done(self, wake: Callable[[], None]) -> None:
+        self.finished = True
+        wake()
+
+    def done(self) -> bool:
+        return self.finished or self.work.is_completed()
+
+    def result(self) -> list[int]:
+        """Every rank's pick (waits for the round if it has not completed)."""
+        self.work.wait()
+        return [int(p) for p in self.picks]
+
+
 def agree(pick: int, group, device: torch.device | None = None) -> bool:
-    """Whether every rank of `group` picked the same task `pick` (an all-gather of one scalar,
-    on `device`: the CPU for gloo, the rank's GPU for NCCL); `NONE` (no ready task) never agrees."""
-    n = dist.get_world_size(group)
-    mine = torch.tensor([pick], dtype=torch.int64, device=device)
-    picks = [torch.empty(1, dtype=torch.int64, device=device) for _ in range(n)]
-    dist.all_gather(picks, mine, group=group)
-    return pick != NONE and all(int(p) == pick for p in picks)
+    """Whether every rank of `group` picked the same task `pick` (one blocking `Round`); `NONE`
+    (no ready task) never agrees."""
+    return agreed(Round(pick, group, device).result(), pick)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,13 @@ from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.dispatch import Arbitration
 from octopipe.runtime.jitter import DelayedSender, Jittered
-from octopipe.runtime.tensor_parallel import NONE, Grid, TPBlocks, agree, rank_shards
+from octopipe.runtime.tensor_parallel import NONE, Grid, Round, TPBlocks, agreed, rank_shards
 from octopipe.runtime.job import Fault
 from octopipe.runtime.stage import SyntheticBatches, as_blocks
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
+from octopipe.sim.agreement import needs_agreement
 from octopipe.sim.hints import KIND_CODE, admission_order, admits, row_priority
 
 
@@ -68,6 +69,8 @@ class RankJob:
     autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
     arbitration: Arbitration = field(default_factory=Arbitration)
     tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
+    # per stage: whether its F, I/B, W run TP collectives (`sim.agreement.agreement_stages`; empty: F, I/B everywhere)
+    agree_stages: tuple[tuple[bool, bool, bool], ...] = ()
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -193,7 +196,21 @@ class Rank:
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() and job.weights is None else None
+        self.agreeing = self._agreeing()
+        self._round: Round | None = None
         self.events: list[dict] = []
+
+    def _agreeing(self) -> frozenset[Action]:
+        """The row's tasks the TP ranks agree on under ready_first: RRFP's rule
+        (`octopipe.sim.agreement.needs_agreement`: the tasks that run TP collectives), or every task under a buffer cap, whose state (live micro-batches, modelled bytes)
+        changes with every task and must stay equal on the TP ranks."""
+        if self.tp_group is None or self.job.dispatch != "ready_first":
+            return frozenset()
+        if self.gated:
+            return frozenset(self.row)
+        stages = self.job.agree_stages
+        return frozenset(a for a in self.row if bool(needs_agreement(
+            KIND_CODE[a.kind], *(stages[a.stage] if stages else (True, True, False)))))
 
     # readiness -------------------------------------------------------------------------
     def _input_key(self, a: Action) -> Key | None:
@@ -222,24 +239,73 @@ class Rank:
         return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
 
     def _agreed(self, pending: list[Action], done: set[Action], local) -> Action:
-        """With TP ranks under ready_first (strict needs nothing: every TP rank runs the same row
-        in order): pick as `_pick` does, then agree with the stage's other TP ranks (one
-        scalar all-gather per round, `tensor_parallel.agree`); deferred until all pick the same."""
+        """ready_first with TP ranks (strict needs nothing: every TP rank runs the same row in
+        order). The best-ranked ready task runs at once if it has no TP collectives; otherwise
+        it is this rank's pick in a `Round` (one scalar all-gather with the stage's other TP
+        ranks) and runs only if every rank picked it. While a round is in flight the rank runs
+        its ready tasks without collectives. After a disagreement a rank whose pick was the best
+        gathered one picks again at once; the others wait until something arrived or finished
+        since their pick (nothing else can change it). Waits are on the inbox's condition, which
+        arrivals, errors and the round's completion all notify (runtime/README.md)."""
         inbox = self.transport.inbox
         while True:
             with inbox.cv:
-                if inbox.error is not None:
-                    raise inbox.error
-                if self.control.aborted():
-                    raise Aborted()
-                a = self._pick(pending, done, local)
+                self._check(inbox)
+                rnd = self._round
+                if rnd is None or not rnd.done():
+                    a = self._pick(pending, done, local) if rnd is None else None
+                    if a is not None and a not in self.agreeing:
+                        return a
+                    if a is not None and self._changes(done) != self._deferred:
+                        self._post(a, done, inbox)
+                        continue
+                    free = self._free(pending, done, local)
+                    if free is not None:
+                        return free
+                    t0 = time.perf_counter()
+                    inbox.cv.wait(timeout=self._poll_s if rnd is not None else 0.05)
+                    if rnd is not None:
+                        self._agree_s += time.perf_counter() - t0
+                    continue
             t0 = time.perf_counter()
-            ok = agree(self.rowpos[a] if a is not None else NONE, self.tp_group, self.comm_device)
-            self._agreements.append(time.perf_counter() - t0)
-            if ok:
-                return a
+            picks = rnd.result()
+            self._agree_s += time.perf_counter() - t0
+            self._round = None
+            if agreed(picks, rnd.pick):
+                self._agree_tasks += 1
+                self._deferred = None
+                return self.row[rnd.pick]
+            best = min((p for p in picks if p != NONE), key=lambda p: self.prio[self.row[p]])
+            self._deferred = None if best == rnd.pick else rnd.seen
+
+    def _post(self, a: Action, done: set[Action], inbox) -> None:
+        """Start a round with pick `a`; its completion notifies `inbox`."""
+        def wake() -> None:
             with inbox.cv:
-                inbox.cv.wait(timeout=0.001)
+                inbox.cv.notify_all()
+        t0 = time.perf_counter()
+        self._round = Round(self.rowpos[a], self.tp_group, self.comm_device,
+                            None if self.job.backend == "nccl" else wake, seen=self._changes(done))
+        self._agree_rounds += 1
+        self._agree_s += time.perf_counter() - t0
+
+    def _changes(self, done: set[Action]) -> int:
+        """A count that grows whenever this rank's readiness may have changed: arrivals plus
+        finished tasks."""
+        return len(self.transport.inbox.arrivals) + len(done)
+
+    def _free(self, pending: list[Action], done: set[Action], local) -> Action | None:
+        """The best-ranked ready task that needs no agreement (None: none)."""
+        return next((a for a in pending if a not in self.agreeing and self._ready(a, done, local)
+                     and self._allowed(a)), None)
+
+    def _check(self, inbox) -> None:
+        if inbox.error is not None:
+            raise inbox.error
+        if self.delayed is not None and self.delayed.error is not None:
+            raise self.delayed.error
+        if self.control.aborted():
+            raise Aborted()
 
     def _pick(self, pending: list[Action], done: set[Action], local) -> Action | None:
         if self.job.dispatch == "strict":
@@ -254,12 +320,7 @@ class Rank:
         inbox = self.transport.inbox
         with inbox.cv:
             while True:
-                if inbox.error is not None:
-                    raise inbox.error
-                if self.delayed is not None and self.delayed.error is not None:
-                    raise self.delayed.error
-                if self.control.aborted():
-                    raise Aborted()
+                self._check(inbox)
                 t0 = time.perf_counter()
                 if self.job.dispatch == "strict":
                     if self._ready(pending[0], done, local):
@@ -361,7 +422,9 @@ class Rank:
         self._live: dict[int, int] = {}
         self._adm_next, self._mem = 0, 0.0
         self._decisions: list[float] = []
-        self._agreements: list[float] = []
+        self._agree_s, self._agree_rounds, self._agree_tasks = 0.0, 0, 0
+        self._deferred: int | None = None       # after a disagreement: the change count of this rank's pick
+        self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
         dist.barrier()
         begin = time.perf_counter()
         pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
@@ -386,8 +449,8 @@ class Rank:
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
-                            "agree_us": 1e6 * float(np.mean(self._agreements)) if self._agreements else None,
-                            "agree_rounds": len(self._agreements)})
+                            "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
+                            "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})

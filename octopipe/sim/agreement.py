@@ -3,9 +3,11 @@
 Under ready-first dispatch the TP ranks of a device must issue identical collectives in identical
 order, so before every task that runs TP collectives they all-gather one scalar (the task each
 would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
-one round, `agreement_seconds`, before each such task: F of a stage whose layers run a TP
-collective in F, I or B of a stage whose layers run one in the backward (W runs none; the tasks
-are read off `octopipe.cost.collectives.tp_layer_collectives`). Under ready-first a task is ready
+one round, `agreement_seconds`, before each such task (`needs_agreement`, which
+`octopipe.runtime.worker` uses too): F of a stage whose layers run a TP collective in F, I or B
+of a stage whose layers run one in the backward (read off
+`octopipe.cost.collectives.tp_layer_collectives`), and W only where this runtime's W runs one
+(`weight_collective_stages`: the first stage, and QK-norm attention; Megatron's W runs none). Under ready-first a task is ready
 only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
 Strict dispatch needs no agreement (every TP rank follows the same row); `TpAgreement.strict`
 charges it there too, for a runtime whose TP ranks agree whatever the policy: the round then runs
@@ -24,6 +26,7 @@ import numpy as np
 
 from octopipe.cluster import Link
 from octopipe.cost.collectives import all_gather_seconds, tp_layer_collectives
+from octopipe.model.layer import LayerKind
 from octopipe.model.spec import ModelSpec
 from octopipe.plan import Partition
 from octopipe.sim.durations import Durations, TpAgreement
@@ -51,12 +54,47 @@ def collective_stages(model: ModelSpec, partition: Partition | Sequence[tuple[in
     return fwd, bwd
 
 
+def weight_collective_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
+                             tp: int) -> np.ndarray:
+    """[S] bools: whether stage s's W runs a TP collective in this runtime (Megatron's W runs
+    none): the first stage's, when it has backward collectives (its input, token ids or pixels,
+    has no gradient, so its I is empty and `runtime.compute` runs its whole backward in W), and a
+    stage holding TP attention with QK-norm (the norm weights are shared by the heads, so their
+    gradient is all-reduced over the TP ranks, in W; `octopipe.layers.tensor_parallel`)."""
+    part = Partition.of(partition)
+    out = np.zeros(len(part), dtype=bool)
+    if tp <= 1:
+        return out
+    _, bwd = collective_stages(model, part, tp)
+    for s, (lo, hi) in enumerate(part):
+        out[s] = (s == 0 and bwd[s]) or any(x.kind is LayerKind.ATTENTION and x.qk_norm for x in model.layers[lo:hi])
+    return out
+
+
+def needs_agreement(kind, fwd, bwd, wgt=False):
+    """RRFP's rule, the one definition the simulator and `runtime.worker` share: whether a task of
+    kind code `kind` (`octopipe.sim.hints.KIND_CODE`: F 0, I 1, W 2, B 3) is agreed on first,
+    on a stage whose tasks run TP collectives in F (`fwd`), I/B (`bwd`), W (`wgt`,
+    `weight_collective_stages`): exactly the tasks with collectives. Scalars or numpy arrays."""
+    k = np.asarray(kind)
+    return np.where(k == 0, fwd, np.where((k == 1) | (k == 3), bwd, np.where(k == 2, wgt, False)))
+
+
+def agreement_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
+                     tp: int) -> tuple[tuple[bool, bool, bool], ...]:
+    """Per stage: whether its F, I/B and W run TP collectives (what the agreement keys on)."""
+    fwd, bwd = collective_stages(model, partition, tp)
+    wgt = weight_collective_stages(model, partition, tp)
+    return tuple((bool(f), bool(b), bool(w)) for f, b, w in zip(fwd, bwd, wgt))
+
+
 def collective_tasks(program: Program, model: ModelSpec,
                      partition: Partition | Sequence[tuple[int, int]], tp: int) -> np.ndarray:
     """[n_compute] bools: the compute nodes that run TP collectives (and so need an agreement)."""
     fwd, bwd = collective_stages(model, partition, tp)
-    k, s = program.c_kind, program.c_stage
-    return np.where(k == 0, fwd[s], np.where((k == 1) | (k == 3), bwd[s], False))
+    wgt = weight_collective_stages(model, partition, tp)
+    s = program.c_stage
+    return needs_agreement(program.c_kind, fwd[s], bwd[s], wgt[s]).astype(bool)
 
 
 def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float, strict: bool = False) -> Durations:

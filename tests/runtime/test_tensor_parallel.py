@@ -22,6 +22,7 @@ from octopipe.runtime.launch import execute
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.runtime.tensor_parallel import NONE, agree, check_grid, free_port, layer_errors
+from octopipe.schedule.action import Action, ActionKind
 from tests.runtime import tiny
 from tests.runtime.random_tables import random_table
 
@@ -110,11 +111,12 @@ def test_bad_tp_names_the_field():
 
 
 @pytest.mark.parametrize("dispatch", ["strict", "ready_first"])
-def test_a_pp2_tp2_pipeline_agrees_on_every_task_and_never_hangs(dispatch):
+def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs(dispatch):
     """4 processes (2 pipeline ranks x 2 TP ranks), emulated compute, random irregular tables
-    under jitter and send delays: both TP ranks of each pipeline rank run the same order (what
-    the agreement enforces under ready_first, the row under strict) and every run finishes;
-    each ready-first decision's agreement is timed."""
+    under jitter and send delays: every run finishes; both TP ranks of each pipeline rank run
+    the tasks with TP collectives (F, I, B: no model, so every stage has them) in the same order
+    (the agreement under ready_first, the row under strict); under ready_first exactly those are
+    agreed on, W never (RRFP's rule), and each round is timed."""
     for seed in range(2):
         table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
         costs = CostTable.uniform(4, f=1.0, i=1.0, w=1.0, out_bytes=1e3, kinds=("local-cpu",))
@@ -125,9 +127,12 @@ def test_a_pp2_tp2_pipeline_agrees_on_every_task_and_never_hangs(dispatch):
                           cluster=local_cluster(2, Link("loopback", 5e8, 1e-4))))
         orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])]
                   for ev in res.events]
-        assert len(orders) == 4 and orders[0] == orders[1] and orders[2] == orders[3]
+        agreed = [[a for a in o if Action.parse(a).kind is not ActionKind.W] for o in orders]
+        assert len(orders) == 4 and agreed[0] == agreed[1] and agreed[2] == agreed[3]
+        assert sorted(orders[0]) == sorted(orders[1]) and sorted(orders[2]) == sorted(orders[3])
         rounds = [e for ev in res.events for e in ev if "agree_rounds" in e]
         if dispatch == "ready_first":
-            assert all(e["agree_rounds"] > 0 and e["agree_us"] > 0 for e in rounds)
+            assert all(e["agree_rounds"] >= e["agree_tasks"] > 0 and e["agree_us"] > 0 for e in rounds)
+            assert [e["agree_tasks"] for e in rounds] == [len(a) for a in agreed]
         else:   # strict: the row fixes the order on every TP rank, nothing to agree on
             assert all(e["agree_rounds"] == 0 for e in rounds)

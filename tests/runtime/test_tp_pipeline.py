@@ -13,6 +13,9 @@ from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import StageModule, max_rel_err, reference_run
 from octopipe.runtime.tensor_parallel import TPBlocks, agreement_cost, assemble, rank_shards
+from octopipe.schedule.action import Action
+from octopipe.sim.agreement import agreement_stages, needs_agreement
+from octopipe.sim.hints import KIND_CODE
 from tests.reliability.cli import run_in_process
 from tests.runtime import tiny
 from tests.runtime.random_tables import random_table
@@ -51,8 +54,9 @@ def test_pp2_tp2_real_compute_equals_the_single_process_reference(dispatch, tran
     """An irregular table with split backward, two SGD steps: the losses of both iterations and
     the gradients of the last one (each TP rank's shards assembled by the launcher) equal the
     single-process run's; strict runs on the ordered transport (NCCL's, here over gloo);
-    ready-first (bfw, jittered compute) agrees before every task; the two TP ranks of each
-    pipeline rank run the same order."""
+    ready-first (bfw, jittered compute) agrees before the tasks with TP collectives only
+    (`agreement_stages`: W of the first stage and of QK-norm attention included, the other W not);
+    the two TP ranks of each pipeline rank run those in the same order."""
     model = tp_model()
     table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=1, split_prob=0.5)
     ready = dispatch == "ready_first"
@@ -62,12 +66,19 @@ def test_pp2_tp2_real_compute_equals_the_single_process_reference(dispatch, tran
     ref = reference_run(model, table.n_microbatches, iterations=2, lr=0.5)
     assert max_rel_err(got.grads, ref.grads) <= RTOL
     assert got.losses == pytest.approx(ref.losses, rel=RTOL)
-    orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])]
-              for ev in got.events]
+    stages = agreement_stages(model, uniform_partition(model.n_layers, 4), 2)
+    assert [w for _, _, w in stages] == [True, True, False, False]
+    with_collectives = {a for ev in got.events for a in (Action.parse(e["action"]) for e in ev if "action" in e)
+                        if needs_agreement(KIND_CODE[a.kind], *stages[a.stage])}
+    orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])
+               if Action.parse(e["action"]) in with_collectives or not ready] for ev in got.events]
     assert len(orders) == 4 and orders[0] == orders[1] and orders[2] == orders[3]
     cost = agreement_cost(got.events, range(2))
     if ready:
-        assert cost["us_per_round"] > 0 and cost["rounds_per_task"] >= 1
+        assert cost["us_per_round"] > 0
+        assert [e["agree_tasks"] for ev in got.events for e in ev if "agree_tasks" in e and e["it"] == 1] == \
+            [len(o) // 2 for o in orders]
+        assert len(with_collectives) < len({e["action"] for ev in got.events for e in ev if "action" in e})
     else:
         assert cost is None     # strict: every TP rank runs the row in order, nothing to agree on
 
