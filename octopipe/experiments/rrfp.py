@@ -24,12 +24,13 @@ Per point (workload, compute, CV, straggler, hint):
   with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
   simulated peak activation memory over strict's (`memory_ratio`).
 
-With tensor parallelism (`experiment.tp`, emulated only) each stage is costed at cost.tp = tp (work
-divided, TP collectives timed on the loopback link inside F and I) and the simulator charges the
-runtime's agreement: one round before every task under both policies, as `runtime.worker` agrees,
-at the per-round time measured in the strict run of the same level; each tp point also carries the
-speedup under RRFP's own rule (`simulated_rrfp_rule_speedup`: strict agrees on nothing, ready-first
-before the tasks with TP collectives only, `octopipe.sim.agreement`).
+With tensor parallelism (`experiment.tp`) each emulated stage is costed at cost.tp = tp (work
+divided, TP collectives timed on the loopback link inside F and I). The runtime and the simulator
+follow RRFP's rule (`octopipe.sim.agreement.needs_agreement`, one definition): strict agrees on
+nothing; ready-first agrees before each task with TP collectives. The simulator charges each such
+task the agreement time per agreed task (`agreement_s`) of a separate calibration run per setup
+(ready-first, CV 0, seed + 1), not of the run it predicts; each tp point also records that time in
+its own run (`ready_first_agreement_s`), its rounds per task and its microseconds per round.
 
 The LM head is cut by vocabulary into pieces no larger than a mean stage (`head_split`).
 Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
@@ -64,7 +65,7 @@ from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
-from octopipe.runtime.tensor_parallel import agreement_cost_s, tp_exactness
+from octopipe.runtime.tensor_parallel import agreement_cost, agreement_cost_s, tp_exactness
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.durations import Durations, bind
@@ -198,18 +199,19 @@ def base_durations(s: Setup, schedule: str, times: dict | None) -> tuple[Simulat
 def sim_run(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, capped: bool = False,
             agreement_s: float = 0.0):
     """The simulation of `config`'s policy on the draws of `seed` (`capped`: each rank at most
-    its row's own need live). With TP ranks, `agreement_s` is charged before every task under
-    both policies, as the runtime's dispatcher agrees (`runtime.worker`: one scalar all-gather
-    per round, before every action, strict included)."""
+    its row's own need live). With TP ranks under ready_first, `agreement_s` is charged before
+    each task with TP collectives (RRFP's rule, `octopipe.sim.agreement.needs_agreement`, which
+    `runtime.worker` follows too); strict agrees on nothing."""
     sim, dur = base
-    job = s.job(schedule_of(config.hint if config.dispatch == "ready_first" else None), config)
+    schedule = schedule_of(config.hint if config.dispatch == "ready_first" else None)
+    job = s.job(schedule, config)
     var = variability_of(config, job)
     rows = [sim.program.table.compact().compute_only().actions(d) for d in range(sim.program.n_devices)]
     cap = [row_need(r) for r in rows] if capped else config.max_inflight
     policy = "strict" if config.dispatch == "strict" else ReadyFirst(config.hint, cap)
     jd = var.apply(sim.program, dur, np.random.default_rng(seed)) if var.active else dur
-    if s.tp > 1 and agreement_s > 0:
-        jd = with_agreement(jd, np.ones(sim.program.n_compute, dtype=bool), agreement_s, strict=True)
+    if s.tp > 1 and agreement_s > 0 and config.dispatch == "ready_first":
+        jd = with_agreement(jd, collective_tasks(sim.program, s.model, s.plans[schedule].partition, s.tp), agreement_s)
     return sim.run(jd, policy=policy)
 
 
@@ -218,20 +220,22 @@ def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations],
     return sim_run(s, config, base, seed, capped, agreement_s).makespan
 
 
-def rrfp_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations], seed, agreement_s: float) -> float:
-    """Ready-first under RRFP's own rule: one round before each task with TP collectives only
-    (`octopipe.sim.agreement`), against a strict baseline that agrees on nothing."""
-    sim, dur = base
-    var = variability_of(config, s.job(schedule_of(config.hint), config))
-    jd = var.apply(sim.program, dur, np.random.default_rng(seed)) if var.active else dur
-    tasks = collective_tasks(sim.program, s.model, s.plans[schedule_of(config.hint)].partition, s.tp)
-    return sim.run(with_agreement(jd, tasks, agreement_s), policy=ReadyFirst(config.hint, config.max_inflight)).makespan
+def agreement_task_s(res: ExecutionResult) -> float:
+    """Seconds the dispatchers spent on agreement rounds per agreed task, over a run's ranks and
+    iterations (0 without TP): what the simulator charges before each task with collectives."""
+    ev = [e for rank in res.events for e in rank if e.get("agree_tasks")]
+    spent = sum(1e-6 * e["agree_us"] * e["agree_rounds"] for e in ev)
+    return spent / sum(e["agree_tasks"] for e in ev) if ev else 0.0
 
 
-def agreement_round_s(res: ExecutionResult) -> float:
-    """Mean seconds of one agreement round over a run's ranks and iterations (0 without TP)."""
-    got = [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
-    return 1e-6 * float(np.mean(got)) if got else 0.0
+def calibrate_agreement(s: Setup, ex: RrfpExperiment) -> float:
+    """`agreement_task_s` of a separate calibration run (ready-first, the first TP hint, CV 0,
+    another seed), so no predicted run calibrates its own prediction (0 at tp = 1)."""
+    if s.tp <= 1:
+        return 0.0
+    hint = (ex.real_hints if s.compute == "real" else ex.tp_hints)[0]
+    job = s.job(schedule_of(hint), policy_config(level_config(s.config, ex, Level(0.0, False)), hint))
+    return agreement_task_s(execute(replace(job, seed=SEED + 1)))
 
 
 def ratio_stats(x: list[float]) -> tuple[float, float]:
@@ -246,16 +250,15 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
         cal = [execute(s.job(sch, policy_config(s.config, None))) for sch in ("1f1b", "zbh1")]
         times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
+    ag = calibrate_agreement(s, ex)
     points, dispatch_us, agree_us = [], [], []
     for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
-        strict_res = execute(s.job("1f1b", strict_cfg))
-        strict = strict_res.iteration_s
-        ag = agreement_round_s(strict_res)       # calibrated on the baseline, not on the run predicted
-        sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it), agreement_s=ag) for it in measured}
+        strict = execute(s.job("1f1b", strict_cfg)).iteration_s
+        sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
-        mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd, agreement_s=ag) for sd in mc_seeds]
+        mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
         for hint in (ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints):
             rf_cfg = policy_config(cfg, hint)
             res = execute(s.job(schedule_of(hint), rf_cfg))
@@ -276,9 +279,9 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
                       / sim_time(s, policy_config(plain, hint), base, sd) for sd in mc_seeds]
                 extra["simulated_mc_no_data_speedup"] = float(np.mean(nd))
             if s.tp > 1:
-                rrfp = [sim_time(s, strict_cfg, bases["1f1b"], sd) / rrfp_time(s, rf_cfg, base, sd, ag) for sd in mc_seeds]
-                extra = {"agreement_s": ag, "ready_first_agreement_s": agreement_round_s(res),
-                         "simulated_rrfp_rule_speedup": float(np.mean(rrfp))}
+                cost = agreement_cost(res.events, measured) or {}
+                extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res),
+                          "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round")}
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
                            "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
@@ -354,21 +357,17 @@ def findings(points: list[dict]) -> list[str]:
             out.append(f"  - bfw >= bf (within spread) at {ge}/{len(pairs)} points")
     tp = [p for p in points if p["tp"] > 1]
     if tp:
-        out.append("- tp = " + str(tp[0]["tp"]) + " (the simulator charges the runtime's agreement, one "
-                   "round before every task under both policies, at the per-round time measured in the strict run): "
+        out.append("- tp = " + str(tp[0]["tp"]) + " (RRFP's rule in the runtime and the simulator: strict agrees on "
+                   "nothing, ready-first before each task with TP collectives; the simulator charges each such task "
+                   "the agreement time per agreed task of a separate calibration run): "
                    + ", ".join(f"{p['workload']} {p['compute']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} "
-                               f"measured / {p['simulated_speedup']:.2f} simulated (round "
-                               f"{1e3 * p['agreement_s']:.2f} ms in the strict run, "
-                               f"{1e3 * p['ready_first_agreement_s']:.2f} ms in the ready-first one)" for p in tp))
+                               f"measured / {p['simulated_speedup']:.2f} simulated ({fmt(p['rounds_per_task'], '.2f')} "
+                               f"rounds per task, {1e3 * p['ready_first_agreement_s']:.2f} ms per agreed task)" for p in tp))
         near = sum(speedup_error(p) <= 0.1 for p in tp)
-        r_strict = float(np.mean([p["agreement_s"] for p in tp]))
-        r_rf = float(np.mean([p["ready_first_agreement_s"] for p in tp]))
         out.append(f"  - measured within 10% of simulated at {near}/{len(tp)} tp points (largest error "
-                   f"{max(map(speedup_error, tp)):.3f}); a round takes {1e3 * r_rf:.2f} ms under ready-first "
-                   f"against {1e3 * r_strict:.2f} ms under strict, and the simulator charges the strict one")
-        out.append("  - under RRFP's own rule (strict agrees on nothing; ready-first agrees before the tasks with TP "
-                   "collectives only) the simulator gives " + ", ".join(
-                       f"{p['workload']} CV {p['jitter_cv']:g}: {p['simulated_rrfp_rule_speedup']:.2f}" for p in tp))
+                   f"{max(map(speedup_error, tp)):.3f}); calibrated {1e3 * float(np.mean([p['agreement_s'] for p in tp])):.2f} "
+                   f"ms per agreed task, measured in the predicted runs "
+                   f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in tp])):.2f} ms")
     return out
 
 
@@ -463,12 +462,13 @@ def run(inputs: Inputs) -> Result:
         f"Tensor parallelism, tp = 2 on gloo: largest relative error of any layer's output and "
         f"gradients against the whole layer {fmt(summary['tp_max_rel_err'], '.2g')} over {len(tp_errs)} layers; "
         f"one agreement (scalar all-gather) {fmt(agreement_us, '.0f')} us alone, "
-        f"{fmt(summary['pipeline_agreement_cost_us'], '.0f')} us per round inside the tp = 2 emulated pipelines, whose "
-        "TP ranks sleep their stage's modelled time at cost.tp = 2 (half the work plus the TP collectives, "
-        "`octopipe.cost.collectives`, timed on the loopback link) and agree before every task. The simulator "
-        "times both: the collectives inside F and I, and one agreement round before every task under both "
-        "policies, as this runtime does, at the per-round time measured in the strict run of the same level "
-        "(`octopipe.sim.agreement`; RRFP's own rule is the `simulated_rrfp_rule_speedup` of each tp point).", "",
+        f"{fmt(summary['pipeline_agreement_cost_us'], '.0f')} us per round inside the tp = 2 pipelines, whose "
+        "emulated TP ranks sleep their stage's modelled time at cost.tp = 2 (half the work plus the TP collectives, "
+        "`octopipe.cost.collectives`, timed on the loopback link). Under ready-first they agree before each "
+        "task with TP collectives, under strict on nothing (RRFP's rule, `octopipe.sim.agreement.needs_agreement`, "
+        "shared by the runtime and the simulator). The simulator times both: the collectives inside F and I, and "
+        "before each agreed task the agreement time per agreed task of a separate calibration run (ready-first, "
+        "CV 0, another seed), never of the run it predicts.", "",
         "## Points", "", table_md(points), "", "![speedup against CV](speedup_vs_cv.png)", ""])
     report = (f"experiment=rrfp: {len(points)} points in {summary['wall_s']:.0f} s", *lines,
               f"max sim-vs-measured speedup error (emulated): {summary['max_sim_vs_measured_speedup_error']}",

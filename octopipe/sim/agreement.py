@@ -9,10 +9,11 @@ of a stage whose layers run one in the backward (read off
 `octopipe.cost.collectives.tp_layer_collectives`), and W only where this runtime's W runs one
 (`weight_collective_stages`: the first stage, and QK-norm attention; Megatron's W runs none). Under ready-first a task is ready
 only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
-Strict dispatch needs no agreement (every TP rank follows the same row); `TpAgreement.strict`
-charges it there too, for a runtime whose TP ranks agree whatever the policy: the round then runs
-as soon as the device's previous task ends and overlaps the wait for the next task's input
-(`strict_rounds`, `octopipe.sim.engine.run_strict`'s `agree`).
+Strict dispatch needs no agreement (every TP rank follows the same row), and `runtime.worker`
+agrees on nothing there; `TpAgreement.strict` still charges it there, for a runtime whose TP ranks
+would agree whatever the policy: the round then runs as soon as the device's previous task ends
+and overlaps the wait for the next task's input (`strict_rounds`,
+`octopipe.sim.engine.run_strict`'s `agree`).
 
 One round is a ring all-gather of one int64 per rank over the TP group's link:
 `(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).

@@ -9,6 +9,8 @@ from octopipe.cost.analytic import analytic_costs
 from octopipe.experiments import rrfp
 from octopipe.measure.machine import local_cluster
 from octopipe.runtime.dispatch import variability_of
+from octopipe.sim.agreement import collective_tasks, with_agreement
+from octopipe.sim.simulator import ReadyFirst
 
 EX = rrfp.quick(RrfpExperiment(name="rrfp"))
 
@@ -22,20 +24,25 @@ def test_tp_setup_times_its_collectives():
     assert np.array_equal(s.costs.w, plain.w)
 
 
-def test_agreement_slows_both_policies_and_rrfp_rule_spares_strict():
+def test_agreement_follows_rrfps_rule_strict_pays_nothing():
+    """Ready-first pays `agreement_s` before the tasks with TP collectives only (exactly
+    `collective_tasks`); strict agrees on nothing; tp = 1 pays nothing."""
     s = rrfp.setup(EX, "language", "emulated", 2)
     cfg = rrfp.level_config(s.config, EX, rrfp.Level(0.0, False))
     strict, rf = rrfp.policy_config(cfg, None), rrfp.policy_config(cfg, "bfw")
     b1, bz = (rrfp.base_durations(s, sch, None) for sch in ("1f1b", "zbh1"))
     a = 1e-3
-    for config, base in ((strict, b1), (rf, bz)):
-        assert rrfp.sim_time(s, config, base, (0, 0), agreement_s=a) > rrfp.sim_time(s, config, base, (0, 0))
-    # RRFP's rule: ready-first agrees before F and I only (not W), so less than before every task
-    assert rrfp.sim_time(s, rf, bz, (0, 0)) < rrfp.rrfp_time(s, rf, bz, (0, 0), a) \
-        < rrfp.sim_time(s, rf, bz, (0, 0), agreement_s=a)
+    assert rrfp.sim_time(s, strict, b1, (0, 0), agreement_s=a) == rrfp.sim_time(s, strict, b1, (0, 0))
+    tasks = collective_tasks(bz[0].program, s.model, s.plans["zbh1"].partition, 2)
+    kinds, stages = bz[0].program.c_kind, bz[0].program.c_stage
+    # tiny_hybrid: every F and I; W only on the first stage (no input gradient: its backward runs in W)
+    assert tasks[kinds != 2].all() and np.array_equal(tasks[kinds == 2], stages[kinds == 2] == 0)
+    every = with_agreement(bz[1], np.ones_like(tasks), a)
+    rule = rrfp.sim_time(s, rf, bz, (0, 0), agreement_s=a)
+    assert rrfp.sim_time(s, rf, bz, (0, 0)) < rule < bz[0].run(every, policy=ReadyFirst("bfw", None)).makespan
     one = rrfp.setup(EX, "language", "emulated", 1)
-    b = rrfp.base_durations(one, "1f1b", None)
-    c1 = rrfp.policy_config(rrfp.level_config(one.config, EX, rrfp.Level(0.0, False)), None)
+    b = rrfp.base_durations(one, "zbh1", None)
+    c1 = rrfp.policy_config(rrfp.level_config(one.config, EX, rrfp.Level(0.0, False)), "bfw")
     assert rrfp.sim_time(one, c1, b, (0, 0), agreement_s=a) == rrfp.sim_time(one, c1, b, (0, 0))
 
 
