@@ -150,6 +150,9 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
     mapping (a preset file read directly) goes through the schema first."""
     if not isinstance(cost, ProfiledCost):
         cost = convert(ProfiledCost, {**to_plain(cost), "source": "profiled"}, "cost.")
+    if cost.tp > 1:
+        raise ConfigError(f"cost.tp={cost.tp} with cost=profiled: the profiled F/I/W time whole layers, neither "
+                          "split by TP nor with the TP collectives; use cost=analytic for cost.tp > 1, or cost.tp=1")
     cache = cost.cache_dir
     times = time_layers(model, _device(cost.device), cost.repeats, cost.warmup, cost.threads,
                         Path(cache) if cache else None, cost.statistic)

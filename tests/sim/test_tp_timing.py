@@ -137,3 +137,14 @@ def test_mode_simulate_charges_the_agreement_under_ready_first(tmp_path, capsys)
     assert spans["strict"] == spans["strict0"]
     assert spans["agreed"] >= spans["none"] + 0.5 * (8 * 2 + 3 * 2)
     assert spans["agreed"] <= spans["none"] + 0.5 * 8 * 2 * 4
+
+
+
+def test_profiled_costs_refuse_cost_tp():
+    """cost=profiled times whole layers: cost.tp > 1 is refused naming both fields (what
+    mode=simulate and mode=execute print as one line, exit 2)."""
+    from octopipe.config.cost import ProfiledCost
+    from octopipe.cost.profiled import profiled_costs
+    from octopipe.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"cost\.tp=2 with cost=profiled"):
+        profiled_costs(ProfiledCost(tp=2), model("tiny_hybrid"), FOUR)
