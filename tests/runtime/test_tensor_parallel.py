@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
-from octopipe.runtime.tensor_parallel import NONE, agree, check_grid, free_port, layer_errors
+from octopipe.runtime.tensor_parallel import NONE, Round, agree, check_grid, free_port, layer_errors
 from octopipe.schedule.action import Action, ActionKind
 from tests.runtime import tiny
 from tests.runtime.random_tables import random_table
@@ -69,7 +70,11 @@ def worker(t: int, port: int, out: str) -> None:
     group = dist.new_group(list(range(TP)))
     errs = layer_errors(models(), t, TP, group)
     runs = [agreement_rounds(t, group, seed) for seed in range(5)]
-    torch.save({"errs": errs, "runs": runs}, os.path.join(out, f"tp{t}.pt"))
+    woken = threading.Event()
+    rnd = Round(t, group, wake=woken.set)
+    picks = rnd.result()
+    torch.save({"errs": errs, "runs": runs, "round": (picks, woken.wait(10), rnd.done())},
+               os.path.join(out, f"tp{t}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -94,6 +99,11 @@ def test_agreement_under_random_readiness_runs_every_task_in_one_order(tp_result
     for (order_a, rounds_a, cost_a), (order_b, rounds_b, _) in zip(a["runs"], b["runs"]):
         assert order_a == order_b and sorted(order_a) == list(range(12))
         assert rounds_a == rounds_b and cost_a > 0
+
+
+def test_a_round_posted_without_blocking_gathers_every_pick_and_wakes_its_poster(tp_results):
+    for r in tp_results:
+        assert r["round"] == ([0, 1], True, True)
 
 
 def test_bad_tp_names_the_field():
