@@ -144,6 +144,10 @@ class Evaluator:
             self._known(c, v)
         return v
 
+    def bounded(self, c: Candidate, bound: float) -> float:
+        """Estimate `c` (not cached), or NaN once it provably exceeds `bound`."""
+        return self._estimate(c, bound * (1 + 1e-9) if math.isfinite(bound) else bound)
+
     def batch(self, xs: Sequence[Candidate], incumbent: float) -> list[float]:
         """Estimate `xs` (none cached) in order; an entry is NaN when that estimate stopped
         early above max(min(incumbent, the smallest earlier value), pool_threshold()). Such a
@@ -151,8 +155,7 @@ class Evaluator:
         the search decides as if every value were known."""
         vals, low = [], incumbent
         for x in xs:
-            bound = max(low, self.pool_threshold())
-            v = self._estimate(x, bound * (1 + 1e-9) if math.isfinite(bound) else bound)
+            v = self.bounded(x, max(low, self.pool_threshold()))
             if v < low:
                 low = v
             vals.append(v)
@@ -197,18 +200,17 @@ def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, se
         if ev.work >= cfg.max_work and any(math.isfinite(v) for v, _, _ in first):
             break
         seen.add(c)
-        first.append((ev(c), len(first), c))
-    scored = sorted(first, key=lambda t: (t[0], t[1]))
+        # above the pool's threshold a seed is neither the best nor in the pool: its estimate
+        # may stop early (NaN); only the restarts need its value, and they estimate it in full
+        first.append((ev.bounded(c, ev.pool_threshold()), len(first), c))
+    scored = sorted(((v, k, c) for v, k, c in first if not math.isnan(v)), key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
         raise_infeasible(problem)
     best_ms, best = scored[0]
     history = [{"t_s": time.perf_counter() - t0, "iteration": 0, "makespan_s": best_ms,
                 "move": f"start ({best.origin or 'seed'})", "candidate": best.describe()}]
-    restarts = [c for _, c in scored[1:]]
-    # restart from distinct families first
-    seen_origin = {best.origin}
-    restarts.sort(key=lambda c: (c.origin in seen_origin, ev(c)))
+    restarts: list[Candidate] | None = None        # built by the first iteration that runs
     cur, cur_ms = best, best_ms
     since_best = 0
     it = 0
@@ -223,6 +225,8 @@ def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, se
         if it > cfg.max_iters or ev.calls >= cfg.max_evaluations or ev.work >= cfg.max_work:
             stop = "iterations"
             break
+        if restarts is None:
+            restarts = restart_order(ev, first, best)
         if since_best >= cfg.patience and not restarts:
             stop = "converged"
             break
@@ -272,6 +276,18 @@ def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, se
             on_progress(ev.calls, best_ms, it)
     return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, ev.work, it, stop,
                          layout_bound(problem, best).makespan_s)
+
+
+def restart_order(ev: Evaluator, first: list[tuple[float, int, Candidate]],
+                  best: Candidate) -> list[Candidate]:
+    """The seeds other than `best` (finite, ascending, ties in seed order), distinct families
+    first; `first` is (estimate or NaN, seed index, seed) in seed order."""
+    exact = sorted(((ev(c) if math.isnan(v) else v, k, c) for v, k, c in first),
+                   key=lambda t: (t[0], t[1]))
+    restarts = [c for v, _, c in exact if math.isfinite(v)][1:]
+    seen_origin = {best.origin}
+    restarts.sort(key=lambda c: (c.origin in seen_origin, ev(c)))
+    return restarts
 
 
 def fmt_bytes(x: float) -> str:
