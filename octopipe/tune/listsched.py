@@ -163,7 +163,9 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
                   bound: float = math.inf) -> float:
     """`list_schedule(...).makespan` alone (inf when the limits deadlock), or NaN once the
     makespan provably exceeds a finite `bound` (the C engine then stops early; the Python fallback
-    never does). The NaN is a proof of `makespan > bound`, not a value."""
+    never does). The NaN is a proof of `makespan > bound`, not a value: the engine stops when its
+    lower bound passes `bound` by 1e-9 (relative, plus 1e-9 s), far above its rounding and the
+    1e-12 tie tolerance by which starts may step back."""
     lib = _lib()
     if lib is None:
         return float(_list_schedule_py(arr, int(n_microbatches), policy,
@@ -176,7 +178,8 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     done = lib.octo_list_schedule(
         S, M, arr.n_devices, int(policy.split_backward), *_stage_pointers(arr),
         limits.__array_interface__["data"][0], kind_rank.__array_interface__["data"][0],
-        int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure), float(bound),
+        int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure),
+        float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf,
         None, None, peak.__array_interface__["data"][0], ctypes.byref(ms))
     if done < 0:
         return math.nan

@@ -146,7 +146,7 @@ class Evaluator:
 
     def bounded(self, c: Candidate, bound: float) -> float:
         """Estimate `c` (not cached), or NaN once it provably exceeds `bound`."""
-        return self._estimate(c, bound * (1 + 1e-9) if math.isfinite(bound) else bound)
+        return self._estimate(c, bound)
 
     def batch(self, xs: Sequence[Candidate], incumbent: float) -> list[float]:
         """Estimate `xs` (none cached) in order; an entry is NaN when that estimate stopped
