@@ -3,7 +3,9 @@
 - `lower_bound`: the total work shared over the devices, as if layers could be cut anywhere
   (the figure `efficiency_vs_lower_bound` divides by);
 - `layer_bound`: layers stay whole, and each owes its fill before it and its drain after it;
-- `device_bound`: whole layers and the fill and drain of every device.
+- `device_bound`: whole layers and the fill and drain of every device;
+- `memory_bound`: whole layers whose activations the devices can hold for only so many
+  micro-batches at once (a separate argument; take the larger of it and `device_bound`).
 
 With a few dozen heavy, equal layers on 8 devices the lower bound is far from reachable (25
 equal MoE layers on 8 devices put 4 on one of them). The device bound keeps layers whole and
@@ -21,6 +23,8 @@ the bound valid and makes it a small integer program over layer *types* (layers 
 times), solved exactly with CBC (`pulp`). Each bound is never below the one before it.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pulp
@@ -100,3 +104,34 @@ def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 12
         return base
     # CBC's optimum is exact up to its integrality tolerance; shave a hair so the bound stays valid
     return max(base, float(T.value()) * (1 - 1e-9))
+
+
+def memory_bound(problem: Problem) -> float:
+    """Whole layers under memory: a micro-batch holds layer l's activations from its stage's
+    forward start to that stage's input-gradient end, at least R_l = sum_{j>=l} (f_j + i_j)
+    (the rest of the forward and the backward back to l), and the device holding l fits at
+    most K_l = floor(capacity / act_l) of them at once (capacity: its memory less layer l's
+    static bytes, within `act_budget`; the largest over devices). M such intervals, at most
+    K_l overlapping, split into K_l chains of disjoint ones (interval graphs are perfect), one
+    of ceil(M / K_l) intervals; before and after it the stage's own layers' predecessors owe
+    their forwards and backwards, so T >= sum_j (f_j + i_j) + (ceil(M / K_l) - 1) * R_l.
+    Transfers count as free and every time is the fastest kind's, which keeps it a bound."""
+    c = problem.costs
+    f = c.f[:, problem.kind_col].min(axis=1)
+    i = c.i[:, problem.kind_col].min(axis=1)
+    fi = f + i
+    rest = np.cumsum(fi[::-1])[::-1]                     # R_l
+    tol = 1 + 1e-9                      # the slack `Problem.over_memory` allows
+    room = problem.memory_bytes[None, :] * tol - c.static_bytes[:, None]      # [L, D]
+    if problem.act_budget is not None:
+        room = np.minimum(room, problem.act_budget[None, :] * tol)
+    room = room.max(axis=1)
+    act = np.asarray(c.act_bytes, dtype=np.float64)
+    M = problem.n_microbatches
+    best = float(fi.sum())
+    for l in np.flatnonzero(act > 0):
+        k = int(np.floor(room[l] / act[l]))
+        if k < 1:
+            continue                    # no plan fits: the tuner says so; no finite bound here
+        best = max(best, float(fi.sum() + (math.ceil(M / k) - 1) * rest[l]))
+    return best * (1 - 1e-12)

@@ -17,7 +17,7 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
-from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_schedule
+from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_makespan, list_schedule
 
 INF_LIMIT = math.inf
 ARRAYS_CACHE = 4096        # distinct layouts whose estimator arrays a problem keeps
@@ -168,27 +168,57 @@ class Problem:
         return arr
 
     def _arrays(self, cand: Candidate) -> StageArrays:
-        st = self.stages(cand)
-        dev = st.placement.astype(np.int32)
-        f, i, w = st.f, st.i, st.w
-        dur = (np.stack([f, i, w], axis=1) if cand.split_backward
-               else np.stack([f, i + w, np.zeros_like(f)], axis=1))
-        act = st.act_bytes
-        static = st.per_device(st.static_bytes, self.n_devices)
-        t = self._transfers(dev, st.out_bytes)
-        comm_f = np.concatenate([t, [0.0]])
-        comm_b = np.concatenate([[0.0], t])
-        cap = self.memory_bytes - static
+        """`arrays` uncached: every figure a difference of the cost table's prefix sums, as in
+        `StageCosts.bind` (the same subtractions, so the same bits), in one buffer whose C
+        addresses are kept with it."""
+        pfiw, p1 = self._prefixes()
+        D, S = self.n_devices, cand.n_stages
+        b = cand.partition.bounds
+        lo, hi = b[:-1], b[1:]
+        place = np.array(cand.placement, dtype=np.int64)
+        col = self.kind_col[place]
+        fiw = pfiw[hi, col] - pfiw[lo, col]              # [S, 3] F, I, W
+        byt = p1[hi] - p1[lo]                            # [S, 3] act, w_act, static bytes
+        buf = np.empty(7 * S + D)
+        dur = buf[:3 * S].reshape(S, 3)
+        comm_f, comm_b, act, free_i = (buf[(3 + j) * S:(4 + j) * S] for j in range(4))
+        cap = buf[7 * S:]
+        if cand.split_backward:
+            dur[:] = fiw
+            np.subtract(byt[:, 0], byt[:, 1], out=free_i)
+        else:
+            dur[:, 0] = fiw[:, 0]
+            dur[:, 1] = fiw[:, 1] + fiw[:, 2]
+            dur[:, 2] = 0.0
+            free_i[:] = byt[:, 0]
+        act[:] = byt[:, 0]
+        dev = place.astype(np.int32)
+        t = self._transfers(dev, self.costs.out_bytes[hi - 1])
+        comm_f[:-1], comm_f[-1] = t, 0.0
+        comm_b[0], comm_b[1:] = 0.0, t
+        np.subtract(self.memory_bytes, np.bincount(place, weights=byt[:, 2], minlength=D), out=cap)
         if self.act_budget is not None:
-            cap = np.minimum(cap, self.act_budget)
-        free_i = act - st.w_act_bytes if cand.split_backward else act
-        f64 = np.float64
-        out = [np.ascontiguousarray(a, dtype=t) for a, t in
-               ((dev, np.int32), (dur, f64), (comm_f, f64), (comm_b, f64), (act, f64),
-                (free_i, f64), (cap, f64))]
-        for a in out:
-            a.setflags(write=False)
-        return StageArrays(*out, self.n_devices)
+            np.minimum(cap, self.act_budget, out=cap)
+        buf.setflags(write=False)
+        dev.setflags(write=False)
+        arr = StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, D)
+        base = buf.__array_interface__["data"][0]
+        object.__setattr__(arr, "_ptrs", ([dev.__array_interface__["data"][0], base,
+                                           *(base + 8 * S * j for j in (3, 4, 5, 6, 7))], (dev, buf)))
+        return arr
+
+    def _prefixes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The cost table's prefix sums stacked: [L + 1, kinds, 3] of F, I, W and [L + 1, 3] of
+        act, w_act and static bytes (copies of `CostTable.prefix`'s, read-only)."""
+        got = self.__dict__.get("_pre")
+        if got is None:
+            c = self.costs
+            got = (np.stack([c.prefix(n) for n in ("f", "i", "w")], axis=-1),
+                   np.stack([c.prefix(n) for n in ("act_bytes", "w_act_bytes", "static_bytes")], axis=-1))
+            for a in got:
+                a.setflags(write=False)
+            object.__setattr__(self, "_pre", got)
+        return got
 
     def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
         """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
@@ -221,3 +251,11 @@ class Problem:
             return ListResult(math.inf, np.full((S, 3, M), -1.0), np.zeros(0, np.int32),
                               np.zeros(self.n_devices), False)
         return list_schedule(arr, self.n_microbatches, cand.list_policy(self.n_devices))
+
+    def estimate_makespan(self, cand: Candidate, bound: float = math.inf) -> float:
+        """`estimate(cand).makespan` alone, or NaN when it provably exceeds `bound` (the estimate
+        stopped early: see `list_makespan`)."""
+        arr = self.arrays(cand)
+        if (arr.cap < 0).any():
+            return math.inf
+        return list_makespan(arr, self.n_microbatches, cand.list_policy(self.n_devices), bound)

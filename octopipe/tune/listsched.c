@@ -15,6 +15,10 @@
  * earliest possible start, so the schedule is built in time order.
  *
  * Returns the number of actions scheduled; fewer than the total means the limits deadlock.
+ * With a finite `bound` the run stops early, returning -1, as soon as the makespan provably
+ * exceeds it: starts never decrease (time order) and a device starts nothing before it is free,
+ * so max(now, its free time) plus the durations of the actions it has left is a lower bound on
+ * the makespan. `start` and `order` may be NULL.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -118,7 +122,8 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
                        const double *comm_f, const double *comm_b, const double *act,
                        const double *free_i, const double *cap, const int *limit,
                        const int *kind_rank, int f_tiebreak, int b_tiebreak, double w_pressure,
-                       double *start, int *order, double *peak, double *out_makespan) {
+                       double bound, double *start, int *order, double *peak,
+                       double *out_makespan) {
     int total = S * M * (split_backward ? 3 : 2);
     int n = S * 3 * M;
     double *end = (double *)malloc(sizeof(double) * n);
@@ -130,10 +135,15 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     int *dstage = (int *)malloc(sizeof(int) * (S > 0 ? S : 1));
     int *dirty = (int *)malloc(sizeof(int) * D);
     Choice *cache = (Choice *)malloc(sizeof(Choice) * D);
+    double *rem = (double *)calloc(D, sizeof(double));
     double makespan = 0.0;
-    int done = 0;
+    int done = 0, nk = split_backward ? 3 : 2, cut = 0;
 
-    for (int x = 0; x < n; x++) { end[x] = -1.0; start[x] = -1.0; }
+    for (int x = 0; x < n; x++) end[x] = -1.0;
+    if (start) for (int x = 0; x < n; x++) start[x] = -1.0;
+    if (isfinite(bound))
+        for (int s = 0; s < S; s++)
+            for (int k = 0; k < nk; k++) rem[dev[s]] += M * dur[s * 3 + k];
     for (int s = 0; s < S; s++) dstart[dev[s] + 1]++;
     for (int d = 0; d < D; d++) dstart[d + 1] += dstart[d];
     {
@@ -159,7 +169,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         int m = id % M, sk = id / M, s = sk / 3, k = sk % 3;
         double t0 = cache[bd].est;
         double t1 = t0 + dur[s * 3 + k];
-        start[id] = t0;
+        if (start) start[id] = t0;
         end[id] = t1;
         if (order) order[done] = id;
         done++;
@@ -179,9 +189,17 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         dirty[bd] = 1;
         if (s + 1 < S) dirty[dev[s + 1]] = 1;
         if (s > 0) dirty[dev[s - 1]] = 1;
+        if (isfinite(bound)) {
+            rem[bd] -= dur[s * 3 + k];
+            for (int d = 0; d < D; d++) {
+                double lb = (free_t[d] > t0 ? free_t[d] : t0) + (rem[d] > 0.0 ? rem[d] : 0.0);
+                if (lb > bound) { makespan = lb; cut = 1; break; }
+            }
+            if (cut) break;
+        }
     }
     *out_makespan = makespan;
     free(end); free(free_t); free(mem); free(nxt); free(inflight);
-    free(dstart); free(dstage); free(dirty); free(cache);
-    return done;
+    free(dstart); free(dstage); free(dirty); free(cache); free(rem);
+    return cut ? -1 : done;
 }

@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 
 _SRC = Path(__file__).with_name("listsched.c")
+# no -march and no fast-math: the same IEEE arithmetic, so the same schedules, on every x86-64 and
+# arm64 machine (part of the cache tag, so a change rebuilds)
+CFLAGS = ("-O3", "-shared", "-fPIC")
 _LIB: "ctypes.CDLL | None | bool" = None
 
 
@@ -75,7 +78,7 @@ def _compile() -> "ctypes.CDLL | None":
         src = _SRC.read_bytes()
     except OSError:
         return None
-    tag = hashlib.sha1(src).hexdigest()[:12]
+    tag = hashlib.sha1(src + " ".join(CFLAGS).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("OCTOPIPE_CACHE", Path(tempfile.gettempdir()) / f"octopipe-{os.getuid()}"))
     lib_path = cache / f"listsched-{tag}.so"
     if not lib_path.exists():
@@ -83,7 +86,7 @@ def _compile() -> "ctypes.CDLL | None":
         tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
         cc = os.environ.get("CC", "cc")
         try:
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SRC), "-lm"],
+            subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(_SRC), "-lm"],
                            check=True, capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
             return None
@@ -94,8 +97,8 @@ def _compile() -> "ctypes.CDLL | None":
     # and keeps them alive): ndpointer's per-argument checks cost more than the schedule
     ip = dp = ctypes.c_void_p
     f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ip, dp, dp, dp, dp, dp,
-                  dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, dp, ip, dp,
-                  ctypes.POINTER(ctypes.c_double)]
+                  dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_double, dp, ip,
+                  dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
     return lib
 
@@ -149,11 +152,38 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
            kind_rank.__array_interface__["data"][0]]
     done = lib.octo_list_schedule(
         S, M, D, int(split_backward), *ptr, int(policy.f_tiebreak), int(policy.b_tiebreak),
-        float(policy.w_pressure), start.__array_interface__["data"][0],
+        float(policy.w_pressure), math.inf, start.__array_interface__["data"][0],
         order.__array_interface__["data"][0], peak.__array_interface__["data"][0], ctypes.byref(ms))
     total = S * M * (3 if split_backward else 2)
     return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
                       order[:done].copy(), peak, done == total)
+
+
+def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
+                  bound: float = math.inf) -> float:
+    """`list_schedule(...).makespan` alone (inf when the limits deadlock), or NaN once the
+    makespan provably exceeds a finite `bound` (the C engine then stops early; the Python fallback
+    never does). The NaN is a proof of `makespan > bound`, not a value: the engine stops when its
+    lower bound passes `bound` by 1e-9 (relative, plus 1e-9 s), far above its rounding and the
+    1e-12 tie tolerance by which starts may step back."""
+    lib = _lib()
+    if lib is None:
+        return float(_list_schedule_py(arr, int(n_microbatches), policy,
+                                       np.ascontiguousarray(policy.limits, dtype=np.int32)).makespan)
+    S, M = arr.n_stages, int(n_microbatches)
+    limits = np.ascontiguousarray(policy.limits, dtype=np.int32)
+    kind_rank = np.ascontiguousarray(policy.kind_rank, dtype=np.int32)
+    peak = np.empty(arr.n_devices, dtype=np.float64)
+    ms = ctypes.c_double(0.0)
+    done = lib.octo_list_schedule(
+        S, M, arr.n_devices, int(policy.split_backward), *_stage_pointers(arr),
+        limits.__array_interface__["data"][0], kind_rank.__array_interface__["data"][0],
+        int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure),
+        float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf,
+        None, None, peak.__array_interface__["data"][0], ctypes.byref(ms))
+    if done < 0:
+        return math.nan
+    return ms.value if done == S * M * (3 if policy.split_backward else 2) else math.inf
 
 
 def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:

@@ -10,6 +10,8 @@ machine load, unless the safety cap stopped one of them (and the outcome says so
 """
 from __future__ import annotations
 
+import gc
+import heapq
 import itertools
 import math
 import time
@@ -99,22 +101,65 @@ def iter_seed_candidates(problem: Problem, max_chunks: int = 8) -> Iterator[Cand
 
 
 class Evaluator:
-    """Cached estimator calls, counted, and the actions they scheduled (`work`)."""
+    """Cached estimator calls, counted, and the actions they scheduled (`work`).
 
-    def __init__(self, problem: Problem):
+    `batch` may stop an estimate early once it provably exceeds what could still matter (see
+    there); such a candidate is cached as NaN, counted like any other, and estimated in full
+    (uncounted, as a cache hit would be) if its value is ever asked for."""
+
+    def __init__(self, problem: Problem, pool_size: int = 8):
         self.problem = problem
         self.cache: dict[Candidate, float] = {}
         self.calls = 0
         self.work = 0
+        self.pool_size = max(1, pool_size)
+        self._top: list[float] = []     # max-heap (negated) of the pool_size smallest known values
+
+    def _estimate(self, c: Candidate, bound: float) -> float:
+        self.calls += 1
+        self.work += c.n_stages * self.problem.n_microbatches * (3 if c.split_backward else 2)
+        v = self.problem.estimate_makespan(c, bound)
+        self._known(c, v)
+        return v
+
+    def _known(self, c: Candidate, v: float) -> None:
+        self.cache[c] = v
+        if math.isfinite(v):
+            if len(self._top) < self.pool_size:
+                heapq.heappush(self._top, -v)
+            elif v < -self._top[0]:
+                heapq.heapreplace(self._top, -v)
+
+    def pool_threshold(self) -> float:
+        """The pool_size-th smallest value known (inf while fewer are): a candidate above it
+        never enters `pool` (later values only lower it, and ties keep the earlier)."""
+        return -self._top[0] if len(self._top) >= self.pool_size else math.inf
 
     def __call__(self, c: Candidate) -> float:
         v = self.cache.get(c)
         if v is None:
-            self.calls += 1
-            self.work += c.n_stages * self.problem.n_microbatches * (3 if c.split_backward else 2)
-            v = float(self.problem.estimate(c).makespan)
-            self.cache[c] = v
+            return self._estimate(c, math.inf)
+        if math.isnan(v):
+            v = self.problem.estimate_makespan(c)
+            self._known(c, v)
         return v
+
+    def bounded(self, c: Candidate, bound: float) -> float:
+        """Estimate `c` (not cached), or NaN once it provably exceeds `bound`."""
+        return self._estimate(c, bound)
+
+    def batch(self, xs: Sequence[Candidate], incumbent: float) -> list[float]:
+        """Estimate `xs` (none cached) in order; an entry is NaN when that estimate stopped
+        early above max(min(incumbent, the smallest earlier value), pool_threshold()). Such a
+        candidate can be neither the batch's first minimum below `incumbent` nor in `pool`, so
+        the search decides as if every value were known."""
+        vals, low = [], incumbent
+        for x in xs:
+            v = self.bounded(x, max(low, self.pool_threshold()))
+            if v < low:
+                low = v
+            vals.append(v)
+        return vals
 
     def pool(self, k: int) -> list[tuple[float, Candidate]]:
         ranked = sorted(((v, c) for c, v in self.cache.items() if math.isfinite(v)),
@@ -129,9 +174,21 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
     `on_progress(evaluations, best makespan, iteration)` after every iteration. With `levers`,
     every candidate is projected onto them (the levers that are off keep the reference's
     values)."""
+    # the caller's objects outlive the search: keep the cyclic collector off them (it rescanned
+    # every module's objects while the search allocates its candidates; results are unaffected)
+    gc.freeze()
+    try:
+        return _search(problem, starts, cfg, seed, on_progress, pool_size, levers)
+    finally:
+        gc.unfreeze()
+
+
+def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, seed: int,
+            on_progress: Callable[[int, float, int], None] | None, pool_size: int,
+            levers: Levers | None) -> SearchOutcome:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    ev = Evaluator(problem)
+    ev = Evaluator(problem, pool_size)
     project = levers.project if levers is not None else (lambda c: c)
     seeds = (project(c) for c in itertools.chain(starts, iter_seed_candidates(problem,
                                                                                cfg.max_chunks)))
@@ -143,18 +200,17 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         if ev.work >= cfg.max_work and any(math.isfinite(v) for v, _, _ in first):
             break
         seen.add(c)
-        first.append((ev(c), len(first), c))
-    scored = sorted(first, key=lambda t: (t[0], t[1]))
+        # above the pool's threshold a seed is neither the best nor in the pool: its estimate
+        # may stop early (NaN); only the restarts need its value, and they estimate it in full
+        first.append((ev.bounded(c, ev.pool_threshold()), len(first), c))
+    scored = sorted(((v, k, c) for v, k, c in first if not math.isnan(v)), key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
         raise_infeasible(problem)
     best_ms, best = scored[0]
     history = [{"t_s": time.perf_counter() - t0, "iteration": 0, "makespan_s": best_ms,
                 "move": f"start ({best.origin or 'seed'})", "candidate": best.describe()}]
-    restarts = [c for _, c in scored[1:]]
-    # restart from distinct families first
-    seen_origin = {best.origin}
-    restarts.sort(key=lambda c: (c.origin in seen_origin, ev(c)))
+    restarts: list[Candidate] | None = None        # built by the first iteration that runs
     cur, cur_ms = best, best_ms
     since_best = 0
     it = 0
@@ -169,6 +225,8 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         if it > cfg.max_iters or ev.calls >= cfg.max_evaluations or ev.work >= cfg.max_work:
             stop = "iterations"
             break
+        if restarts is None:
+            restarts = restart_order(ev, first, best)
         if since_best >= cfg.patience and not restarts:
             stop = "converged"
             break
@@ -190,8 +248,10 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
         fresh = list(picked.items())
         improved = False
         if fresh:
-            vals = [(ev(x), k, x, tag) for k, (x, tag) in enumerate(fresh)]
-            v, _, x, tag = min(vals, key=lambda t: (t[0], t[1]))
+            got = ev.batch([x for x, _ in fresh], cur_ms)
+            vals = [(v, k, x, tag) for k, (v, (x, tag)) in enumerate(zip(got, fresh))
+                    if not math.isnan(v)]
+            v, _, x, tag = min(vals, key=lambda t: (t[0], t[1])) if vals else (math.inf, 0, cur, "")
             if v < cur_ms * (1 - 1e-9):
                 cur, cur_ms, improved = x, v, True
                 if v < best_ms * (1 - 1e-9):
@@ -216,6 +276,18 @@ def search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, see
             on_progress(ev.calls, best_ms, it)
     return SearchOutcome(best, best_ms, history, ev.pool(pool_size), ev.calls, ev.work, it, stop,
                          layout_bound(problem, best).makespan_s)
+
+
+def restart_order(ev: Evaluator, first: list[tuple[float, int, Candidate]],
+                  best: Candidate) -> list[Candidate]:
+    """The seeds other than `best` (finite, ascending, ties in seed order), distinct families
+    first; `first` is (estimate or NaN, seed index, seed) in seed order."""
+    exact = sorted(((ev(c) if math.isnan(v) else v, k, c) for v, k, c in first),
+                   key=lambda t: (t[0], t[1]))
+    restarts = [c for v, _, c in exact if math.isfinite(v)][1:]
+    seen_origin = {best.origin}
+    restarts.sort(key=lambda c: (c.origin in seen_origin, ev(c)))
+    return restarts
 
 
 def fmt_bytes(x: float) -> str:

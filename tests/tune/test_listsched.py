@@ -101,3 +101,62 @@ def test_balance_helpers_against_brute_force():
         assert set(better) == set(range(D))
         load = lambda p: np.bincount(p, weights=w[:S], minlength=D).max()
         assert load(better) <= load(pl) + 1e-12
+
+
+@pytest.mark.skipif(not c_kernel_available(), reason="no C compiler: only the Python engine exists")
+def test_bounded_estimate_stops_only_above_the_bound():
+    """`list_makespan` with a bound: the exact makespan (bit for bit) or NaN, and NaN only when
+    the full run's makespan is above the bound; bounds at and around the makespan stop some."""
+    from octopipe.tune.listsched import list_makespan
+    rng = np.random.default_rng(11)
+    stopped = 0
+    for _ in range(80):
+        D = int(rng.integers(1, 5))
+        S = D * int(rng.integers(1, 3))
+        M = int(rng.integers(1, 7))
+        dev = np.array([s % D for s in range(S)], np.int32)
+        rng.shuffle(dev)
+        arr = StageArrays(dev, rng.random((S, 3)) + 0.1, rng.random(S) * 0.3, rng.random(S) * 0.3,
+                          np.ones(S), np.full(S, 0.5),
+                          np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 5))), D)
+        policy = ListPolicy(split_backward=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
+                            kind_rank=tuple(int(x) for x in rng.permutation(3)))
+        full = list_schedule(arr, M, policy).makespan
+        assert list_makespan(arr, M, policy) == full
+        for bound in (0.5 * full, 0.9 * full, full, 1.1 * full):
+            got = list_makespan(arr, M, policy, bound)
+            if math.isnan(got):
+                stopped += 1
+                assert full > bound
+            else:
+                assert got == full
+    assert stopped > 20
+
+
+def test_problem_arrays_are_the_stage_costs():
+    """`Problem.arrays` (stacked prefix sums in one buffer) equals, bit for bit, the arrays built
+    from `StageCosts.bind`, split backward or not, with budgets and transfers."""
+    from octopipe.cost.stage_costs import StageCosts
+    rng = np.random.default_rng(5)
+    L, D = 9, 3
+    act = rng.random(L) * 4
+    costs = CostTable(tuple(f"l{j}" for j in range(L)), ("dev",), rng.random((L, 1)),
+                      rng.random((L, 1)), rng.random((L, 1)), act, rng.random(L),
+                      rng.random(L) * 1e3, np.zeros(L), w_act_bytes=act * rng.random(L))
+    pb = Problem.build(costs, free_cluster(D, memory_bytes=20.0, latency=1e-3, bandwidth=1e5), D, 4,
+                       act_budget=6.0)
+    for sizes, pl in (((3, 3, 3), (0, 1, 2)), ((1, 2, 2, 1, 3), (2, 0, 1, 0, 2)), ((9,), (1,))):
+        for split in (True, False):
+            c = Candidate(sizes, pl, split)
+            a = pb.arrays(c)
+            st = StageCosts.bind(costs, c.partition, c.placement, pb.kind_col)
+            dur = (np.stack([st.f, st.i, st.w], axis=1) if split
+                   else np.stack([st.f, st.i + st.w, np.zeros_like(st.f)], axis=1))
+            t = st.boundary_transfers(pb.cluster)
+            cap = np.minimum(pb.memory_bytes - st.per_device(st.static_bytes, D), pb.act_budget)
+            want = (st.placement, dur, np.concatenate([t, [0.0]]), np.concatenate([[0.0], t]),
+                    st.act_bytes, st.act_bytes - st.w_act_bytes if split else st.act_bytes, cap)
+            for got, exp in zip((a.dev, a.dur, a.act, a.free_i, a.cap), want[:2] + want[4:]):
+                assert np.array_equal(got, exp)
+            for got, exp in zip((a.comm_f, a.comm_b), want[2:4]):     # the link's own formula
+                assert np.allclose(got, exp, rtol=1e-12, atol=0)
