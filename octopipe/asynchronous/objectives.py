@@ -150,11 +150,10 @@ def logistic(n_stages: int, d: int = 512, n_batches: int = 100, batch: int = 10,
     y[flip] = -y[flip]
     y[y == 0] = 1.0
     probe = Logistic(X, y, lam, even_blocks(d, n_stages), batch, 0.0)
-    f_star = _minimum(probe)
-    return Logistic(X, y, lam, even_blocks(d, n_stages), batch, f_star)
+    return Logistic(X, y, lam, even_blocks(d, n_stages), batch, nesterov_minimum(probe))
 
 
-def _minimum(obj: Logistic, steps: int = 1000) -> float:
+def nesterov_minimum(obj: Logistic, steps: int = 1000) -> float:
     """f* of a smooth convex objective by Nesterov's accelerated gradient (the best value seen)."""
     L = obj.smoothness
     w = v = obj.init()

@@ -24,7 +24,7 @@ import numpy as np
 
 from octopipe.asynchronous import optimizers as op
 from octopipe.asynchronous.clocks import clock_of
-from octopipe.asynchronous.objectives import Logistic, even_blocks
+from octopipe.asynchronous.objectives import Logistic, even_blocks, nesterov_minimum
 from octopipe.asynchronous.objectives import logistic as logistic_objective
 from octopipe.asynchronous.tables import async_schedule, localsgd_rows
 
@@ -60,20 +60,8 @@ def paper_logistic(n_stages: int, seed: int = 0, noise: float = 0.5, n_batches: 
     w_true = rng.normal(size=d)
     y = np.where(rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * (X @ w_true))), 1.0, -1.0)
     probe = Logistic(X, y, lam, even_blocks(d, n_stages), batch, 0.0)
-    return NoisyGradients(Logistic(X, y, lam, even_blocks(d, n_stages), batch, _minimum(probe)),
+    return NoisyGradients(Logistic(X, y, lam, even_blocks(d, n_stages), batch, nesterov_minimum(probe, 4000)),
                           noise, seed + 1)
-
-
-def _minimum(obj: Logistic, steps: int = 4000) -> float:
-    L = obj.smoothness
-    w = v = obj.init()
-    best = obj.value(w)
-    for t in range(steps):
-        w_next = v - obj.full_grad(v) / L
-        v = w_next + (t / (t + 3)) * (w_next - w)
-        w = w_next
-        best = min(best, obj.value(w))
-    return best
 
 
 def paper_budget_ticks() -> int:
