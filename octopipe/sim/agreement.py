@@ -10,10 +10,7 @@ of a stage whose layers run one in the backward (read off
 (`weight_collective_stages`: the first stage, and QK-norm attention; Megatron's W runs none). Under ready-first a task is ready
 only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
 Strict dispatch needs no agreement (every TP rank follows the same row), and `runtime.worker`
-agrees on nothing there; `TpAgreement.strict` still charges it there, for a runtime whose TP ranks
-would agree whatever the policy: the round then runs as soon as the device's previous task ends
-and overlaps the wait for the next task's input (`strict_rounds`,
-`octopipe.sim.engine.run_strict`'s `agree`).
+agrees on nothing there, so strict durations carry no charge.
 
 One round is a ring all-gather of one int64 per rank over the TP group's link:
 `(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).
@@ -98,9 +95,9 @@ def collective_tasks(program: Program, model: ModelSpec,
     return needs_agreement(program.c_kind, fwd[s], bwd[s], wgt[s]).astype(bool)
 
 
-def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float, strict: bool = False) -> Durations:
+def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float) -> Durations:
     """`dur` with RRFP's agreement: `seconds` before each compute node where `tasks` is set."""
-    return replace(dur, agreement=TpAgreement(float(seconds), np.asarray(tasks, dtype=bool), strict))
+    return replace(dur, agreement=TpAgreement(float(seconds), np.asarray(tasks, dtype=bool)))
 
 
 def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
@@ -117,16 +114,8 @@ def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
 def charged(dur: Durations, ready_first: bool) -> Durations:
     """The durations the ready-first engine runs: each agreed task's round added to its compute;
     the agreement is then spent (`agreement` None), so charging twice adds nothing. Strict
-    durations are returned as they are (their rounds are `strict_rounds`)."""
+    durations are returned as they are (strict dispatch agrees on nothing)."""
     ag = dur.agreement
     if ag is None or not ready_first:
         return dur
     return replace(dur, compute=dur.compute + ag.seconds * ag.tasks, agreement=None)
-
-
-def strict_rounds(dur: Durations) -> list[float] | None:
-    """[n_compute] seconds of the round before each task under strict dispatch (None: none)."""
-    ag = dur.agreement
-    if ag is None or not ag.strict or ag.seconds <= 0:
-        return None
-    return (ag.seconds * ag.tasks).tolist()

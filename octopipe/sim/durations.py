@@ -42,11 +42,10 @@ class GradSync:
 @dataclass(frozen=True, eq=False)
 class TpAgreement:
     """RRFP's TP agreement: `seconds` (one scalar all-gather) before each compute node where
-    `tasks` ([n_compute] bools) is set; charged under ready-first, and under strict when `strict`."""
+    `tasks` ([n_compute] bools) is set; charged under ready-first only."""
 
     seconds: float
     tasks: np.ndarray
-    strict: bool = False
 
 
 @dataclass(frozen=True, eq=False)

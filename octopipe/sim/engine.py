@@ -52,14 +52,8 @@ class StuckState:
     memory_blocked: list[int]           # ready_first: the best ready F each limited device holds back
 
 
-def run_strict(prog: Program, dur: Durations, semantics: str = EAGER,
-               agree: Sequence[float] | None = None) -> Raw:
-    """Every device runs its row in order under `semantics` (eager, rendezvous or batched).
-
-    `agree[c]`: seconds of a TP agreement round on compute node c's device, run as soon as the
-    device's previous compute ends, overlapping the wait for c's inputs (a strict dispatcher agrees
-    on its row's next task, then blocks on its receive): c starts no earlier than that end plus
-    `agree[c]`."""
+def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
+    """Every device runs its row in order under `semantics` (eager, rendezvous or batched)."""
     L = prog.lists()
     n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
     c_dev, in_t, out_t = L["c_dev"], L["c_in_transfer"], L["c_out_transfer"]
@@ -86,7 +80,6 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER,
     peak = [0.0] * n_d
     order: list[list[int]] = [[] for _ in range(n_d)]
     heap: list[tuple[float, int]] = []
-    last_end = [0.0] * n_d
 
     def issue(t: int, now: float) -> None:
         if issued[t] or not prod_done[t] or not send_posted[t] or (not eager and not recv_posted[t]):
@@ -121,11 +114,8 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER,
                 if t >= 0 and not (recv_posted[t] and arrived[t]):
                     pos[d] = p
                     return
-                s0 = now
-                if agree is not None and last_end[d] + agree[x] > s0:
-                    s0 = last_end[d] + agree[x]
-                start[x] = s0
-                heappush(heap, (s0 + cdur[x], x))
+                start[x] = now
+                heappush(heap, (now + cdur[x], x))
                 busy[d] = True
                 order[d].append(x)
                 m = mem[d] + alloc[x]
@@ -181,7 +171,6 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER,
         if ev < n_c:
             d = c_dev[ev]
             end[ev] = now
-            last_end[d] = now
             busy[d] = False
             mem[d] -= free[ev]
             t = out_t[ev]

@@ -23,7 +23,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, InfeasibleError
 from octopipe.plan import Plan
 from octopipe.schedule.table import ScheduleTable
-from octopipe.sim.agreement import charged, strict_rounds
+from octopipe.sim.agreement import charged
 from octopipe.sim.deadlock import Deadlock, analyze
 from octopipe.sim.durations import Durations, bind, uniform
 from octopipe.sim.engine import EAGER, SEMANTICS, Raw, run_ready_first, run_strict
@@ -126,7 +126,7 @@ class Simulator:
         dur = charged(dur, rf is not None)
         if rf is None:
             with _no_gc():
-                return run_strict(self.program, dur, semantics, strict_rounds(dur))
+                return run_strict(self.program, dur, semantics)
         hint, max_inflight, memory_limit = rf.hint, rf.max_inflight, rf.memory_limit
         n_d = self.program.n_devices
         caps = None

@@ -13,7 +13,7 @@ from octopipe.plan import Partition
 from octopipe.schedule.library import build_schedule
 from octopipe.sim import ReadyFirst, Simulator
 from octopipe.sim.agreement import (agreement_seconds, collective_stages, collective_tasks,
-                                    tp_agreement, with_agreement)
+                                    tp_agreement)
 from octopipe.sim.durations import bind
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -76,10 +76,9 @@ def test_tp1_is_unchanged():
 
 def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     """Ready-first pays one round before each F and B of the chain (every stage runs TP
-    collectives both ways: a round follows readiness); strict pays none unless asked, and then
-    only where the round cannot hide behind the wait for an input: the first F, and the last
-    stage's B right after its F; W of a split backward pays none except on the first stage, whose
-    whole backward runs in W in this runtime (its input has no gradient)."""
+    collectives both ways: a round follows readiness); strict pays none; W of a split backward
+    pays none except on the first stage, whose whole backward runs in W in this runtime (its input
+    has no gradient)."""
     m = model("llama3_8b")
     sim, part = chain(m, 2)
     a = agreement_seconds(2, NV)
@@ -89,9 +88,6 @@ def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     strict = sim.run(sim.durations).makespan
     assert sim.run(dur).makespan == strict
     assert sim.run(dur, policy=ReadyFirst("bf")).makespan == pytest.approx(strict + n_tasks * a, rel=1e-12)
-    both = with_agreement(sim.durations, collective_tasks(sim.program, m, part, 2), a, strict=True)
-    assert sim.run(both).makespan == pytest.approx(strict + 2 * a, rel=1e-12)
-    assert sim.run(both, policy=ReadyFirst("bf")).makespan == pytest.approx(strict + n_tasks * a, rel=1e-12)
     zb = Simulator(build_schedule("zbh1", 4, 1))
     tasks = collective_tasks(zb.program, m, part, 2)
     w = zb.program.c_kind == 2
