@@ -354,13 +354,11 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         report.append("simulated from: " + ", ".join(f"{name} <- {d['calibration'] or 'cost=profiled'}"
                                                      for name, d in per.items()))
     for name, d in per.items():
-        arb = d["arbitration"]
+        arb, agreed = d["arbitration"], d["agreement"]
         if arb is not None:
             report.append(f"{name} under hint={arb['hint']}, max_inflight={arb['max_inflight']}, jitter_cv="
                           f"{arb['jitter_cv']}: measured {arb['measured_iteration_s']:.4f} s/iter, simulated on "
                           f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
-    for name, d in per.items():
-        agreed = d["agreement"]
         if agreed is not None:
             report.append(f"{name}: TP agreement {agreed['us_per_round']:.0f} us per round, "
                           f"{agreed['rounds_per_task']:.2f} rounds per task, at most "
