@@ -45,7 +45,7 @@ from octopipe.tune.bounds import device_bound, lower_bound
 from octopipe.tune.candidate import Problem
 from solvers.backend import cbc
 
-MAX_CELLS = 1200          # layers x devices the exact MILP is tried on
+MAX_CELLS = 240           # layers x devices the exact MILP (and the device bound under it) is tried on
 MAX_NODES = 2000
 
 
