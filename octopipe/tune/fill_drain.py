@@ -22,9 +22,10 @@ contains the layer bound. A plan is a partition of the layers over at most D dev
 devices allowed, so every plan the simulator accepts is covered); the bound is the least, over
 partitions, of the largest term. That is NP-hard in general (it contains P||Cmax), so:
 
-- `relaxed` (closed form, valid for any plan): the devices that hold layers >= l are at most
-  min(D, L - l), so T >= r_l + M * work[l:].sum() / min(D, L - l), the same with q and f + i,
-  and each layer alone (the layer bound), and the lower bound;
+- `relaxed` (closed form, valid for any plan): the n devices that hold layers >= l have n
+  distinct lowest such layers, so n T >= M * work[l:].sum() + r_l + ... + r_{l+n-1} and the
+  same with q and f + i, for the least n <= min(D, L - l) that allows it; each layer alone (the
+  layer bound); the lower bound;
 - `exact` (a MILP with CBC, on instances up to `max_cells` layer x device cells): binaries
   a[l, k], devices ordered by lowest layer; an optimum proven within `max_nodes` nodes is the
   bound, an unproven incumbent is not (the node limit keeps it the same at any load);
@@ -101,13 +102,25 @@ class FillDrain:
 
 
 def relaxed(t: Terms, layer_work: np.ndarray) -> float:
-    """The closed-form bound: per layer, per suffix shared over the devices that can hold it."""
-    M, L = t.n_microbatches, t.n_layers
-    share = np.minimum(t.n_devices, L - np.arange(L))
+    """The closed-form bound: each layer alone, and each suffix shared over the devices that
+    hold it. If n devices hold layers >= l, their lowest such layers are n distinct layers >= l,
+    so their releases sum to at least r_l + ... + r_{l+n-1} (r rises), and
+    n T >= M * work[l:].sum() + that sum (the same with q and f + i); n is unknown, so the least
+    over n <= min(D, L - l) of the larger of the two."""
+    M, L, D = t.n_microbatches, t.n_layers, t.n_devices
     suf_w = np.cumsum(t.work[::-1])[::-1]
     suf_f = np.cumsum(t.fi[::-1])[::-1]
-    terms = (t.r + M * t.work, t.q + M * t.fi, t.r + M * suf_w / share, t.q + M * suf_f / share)
-    return max(lower_bound(layer_work, M), *(float(x.max()) for x in terms))
+    cr = np.concatenate([[0.0], np.cumsum(t.r)])
+    cq = np.concatenate([[0.0], np.cumsum(t.q)])
+    n = np.arange(1, D + 1)[None, :]                          # [1, D]
+    top = np.minimum(np.arange(L)[:, None] + n, L)            # [L, D] index l + n, clipped
+    lo = np.arange(L)[:, None]
+    fill = (M * suf_w[:, None] + cr[top] - cr[lo]) / n
+    drain = (M * suf_f[:, None] + cq[top] - cq[lo]) / n
+    both = np.where(lo + n <= L, np.maximum(fill, drain), np.inf)
+    shared = both.min(axis=1)                                 # [L]: the least over n
+    single = np.maximum(t.r + M * t.work, t.q + M * t.fi)
+    return max(lower_bound(layer_work, M), float(single.max()), float(shared.max()))
 
 
 def greedy_partition(t: Terms) -> np.ndarray:
@@ -123,6 +136,32 @@ def greedy_partition(t: Terms) -> np.ndarray:
         sw[k] += t.work[l]
         sf[k] += t.fi[l]
     return owner
+
+
+def fitted_partition(t: Terms, low: float, high: float, steps: int = 40) -> np.ndarray | None:
+    """Best fit under a target: layers from the last to the first, each to the device it fits
+    with least room left under T; T by bisection between `low` and `high`. The partition of the
+    least T that fits (None when none does below `high`)."""
+    M, D = t.n_microbatches, t.n_devices
+    best = None
+    for _ in range(steps):
+        mid = 0.5 * (low + high)
+        sw, sf, cost = np.zeros(D), np.zeros(D), np.zeros(D)
+        owner = np.zeros(t.n_layers, dtype=np.int64)
+        for l in range(t.n_layers - 1, -1, -1):
+            new = np.maximum(cost, np.maximum(t.r[l] + M * (sw + t.work[l]), t.q[l] + M * (sf + t.fi[l])))
+            fits = np.flatnonzero(new <= mid)
+            if len(fits) == 0:
+                break
+            k = int(fits[np.argmax(new[fits])])
+            owner[l], cost[k] = k, new[k]
+            sw[k] += t.work[l]
+            sf[k] += t.fi[l]
+        else:
+            best, high = owner, mid
+            continue
+        low = mid
+    return best
 
 
 def _cost_of(t: Terms, held: list[int]) -> float:
@@ -232,6 +271,9 @@ def fill_drain(problem: Problem, max_nodes: int = MAX_NODES, max_cells: int = MA
     t = Terms.of(problem)
     low = relaxed(t, problem.layer_work())
     upper = max(t.cost(improve(t, greedy_partition(t))), low)
+    fitted = fitted_partition(t, low, upper)
+    if fitted is not None:
+        upper = max(min(upper, t.cost(improve(t, fitted))), low)
     if upper <= low * (1 + 1e-9):
         return FillDrain(low, "relaxed=partition", upper)
     best, how = low, "relaxed"

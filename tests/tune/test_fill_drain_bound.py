@@ -14,7 +14,8 @@ from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, layer_bound, lower_bound
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
 from octopipe.tune.evaluate import evaluate
-from octopipe.tune.fill_drain import Terms, exact, fill_drain, fill_drain_bound, greedy_partition, improve
+from octopipe.tune.fill_drain import (Terms, exact, fill_drain, fill_drain_bound, fitted_partition,
+                                      greedy_partition, improve, relaxed)
 from octopipe.tune.freeze import to_plan
 
 from .helpers import free_cluster
@@ -97,15 +98,19 @@ def test_uniform_chain_closed_form_and_tight(p, M):
     assert _best_simulated(pb, zb) == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_milp_is_the_least_cost_partition(seed):
     rng = np.random.default_rng(seed)
     L, D, M = 5, 3, 3
     f, i, w = (rng.uniform(0.2, 2.0, L) for _ in range(3))
-    t = Terms.of(Problem.build(_costs(f, i, w), free_cluster(D), D, M))
+    pb = Problem.build(_costs(f, i, w), free_cluster(D), D, M)
+    t = Terms.of(pb)
     brute = min(t.cost(np.array(o)) for o in itertools.product(range(D), repeat=L))
     assert exact(t, 0.0, 10_000, 60.0) == pytest.approx(brute, rel=1e-7)
+    assert relaxed(t, pb.layer_work()) <= brute * (1 + 1e-12)           # the closed form relaxes it
     assert t.cost(improve(t, greedy_partition(t))) >= brute * (1 - 1e-12)
+    fitted = fitted_partition(t, 0.0, 10 * brute)
+    assert fitted is not None and t.cost(fitted) >= brute * (1 - 1e-12)
 
 
 def test_tuner_summary_reports_the_bound():
