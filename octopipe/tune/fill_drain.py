@@ -301,6 +301,38 @@ def fill_drain(problem: Problem, max_nodes: int = MAX_NODES, max_cells: int = MA
     return FillDrain(best, how, max(upper, best))
 
 
+def contiguous_bound(problem: Problem) -> float:
+    """The same argument for contiguous plans only (each device one block of consecutive layers;
+    not a bound for interleaved ones): a block [a, b) costs max(r_a + M * work[a:b].sum(),
+    q_a + M * (f + i)[a:b].sum()) (its lowest layer binds, as r and q grow by less than M times
+    the work they skip), which falls as a rises, so for a target T the greedy longest blocks
+    use the fewest devices; T by bisection to a relative 1e-9 (each step halves the interval)."""
+    t = Terms.of(problem)
+    M, L, D = t.n_microbatches, t.n_layers, t.n_devices
+    cw = np.concatenate([[0.0], np.cumsum(t.work)])
+    cf = np.concatenate([[0.0], np.cumsum(t.fi)])
+
+    def blocks(T: float) -> int:
+        a, n = 0, 0
+        while a < L:
+            ends = np.arange(a + 1, L + 1)
+            ok = np.maximum(t.r[a] + M * (cw[ends] - cw[a]), t.q[a] + M * (cf[ends] - cf[a])) <= T
+            if not ok[0]:
+                return L + 1
+            a = int(ends[np.flatnonzero(ok)[-1]])
+            n += 1
+        return n
+
+    low, high = 0.0, float(max(t.r[0] + M * cw[-1], t.q[0] + M * cf[-1]))
+    while high - low > 1e-9 * high:
+        mid = 0.5 * (low + high)
+        if blocks(mid) <= D:
+            high = mid
+        else:
+            low = mid
+    return low
+
+
 def fill_drain_bound(problem: Problem) -> float:
     """`fill_drain(problem).bound_s`: no plan on these layers beats it."""
     return fill_drain(problem).bound_s

@@ -14,7 +14,7 @@ from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, layer_bound, lower_bound
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
 from octopipe.tune.evaluate import evaluate
-from octopipe.tune.fill_drain import (Terms, exact, fill_drain, fill_drain_bound, fitted_partition,
+from octopipe.tune.fill_drain import (Terms, contiguous_bound, exact, fill_drain, fill_drain_bound, fitted_partition,
                                       greedy_partition, improve, relaxed)
 from octopipe.tune.freeze import to_plan
 
@@ -111,6 +111,20 @@ def test_milp_is_the_least_cost_partition(seed):
     assert t.cost(improve(t, greedy_partition(t))) >= brute * (1 - 1e-12)
     fitted = fitted_partition(t, 0.0, 10 * brute)
     assert fitted is not None and t.cost(fitted) >= brute * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_contiguous_bound_is_the_least_contiguous_partition(seed):
+    rng = np.random.default_rng(seed)
+    L, D, M = 6, 3, 4
+    f, i, w = (rng.uniform(0.2, 2.0, L) for _ in range(3))
+    pb = Problem.build(_costs(f, i, w), free_cluster(D), D, M)
+    t = Terms.of(pb)
+    brute = min(t.cost(np.repeat(np.arange(S), sizes)) for S in range(1, D + 1)
+                for sizes in _compositions(L, S))
+    got = contiguous_bound(pb)
+    assert brute * (1 - 2e-9) <= got <= brute
+    assert got >= fill_drain_bound(pb) * (1 - 1e-9)     # interleaving can only help
 
 
 def test_tuner_summary_reports_the_bound():
