@@ -29,6 +29,7 @@ class TuneResult:
     costs: CostTable | None = None        # the costs the plan's layers index (split model if split)
     shard_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
     fill_drain: FillDrain | None = None   # over every plan the tuner may emit (octopipe.tune.fill_drain)
+    contiguous_bound_s: float | None = None   # the same argument over one-block-per-device plans
 
     @property
     def makespan_s(self) -> float:
@@ -75,7 +76,10 @@ class TuneResult:
         return {"fill_drain_bound_s": fd.bound_s,
                 "efficiency_vs_fill_drain_bound": fd.bound_s / self.makespan_s,
                 "fill_drain_bound_how": fd.how,
-                "fill_drain_partition_s": fd.partition_s}
+                "fill_drain_partition_s": fd.partition_s,
+                "contiguous_bound_s": self.contiguous_bound_s,
+                "efficiency_vs_contiguous_bound": (None if self.contiguous_bound_s is None
+                                                   else self.contiguous_bound_s / self.makespan_s)}
 
     def summary(self) -> dict:
         """The summary.json figures (snake_case, units in the names)."""

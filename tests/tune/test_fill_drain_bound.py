@@ -134,3 +134,4 @@ def test_tuner_summary_reports_the_bound():
     assert s["lower_bound_s"] <= s["fill_drain_bound_s"] <= s["makespan_s"] * (1 + 1e-9)
     assert s["efficiency_vs_fill_drain_bound"] == pytest.approx(s["fill_drain_bound_s"] / s["makespan_s"])
     assert s["fill_drain_bound_s"] <= s["fill_drain_partition_s"]
+    assert s["contiguous_bound_s"] >= s["lower_bound_s"]
