@@ -29,8 +29,11 @@ partitions, of the largest term. That is NP-hard in general (it contains P||Cmax
 - `exact` (a MILP with CBC, on instances up to `max_cells` layer x device cells): binaries
   a[l, k], devices ordered by lowest layer; an optimum proven within `max_nodes` nodes is the
   bound, an unproven incumbent is not (the node limit keeps it the same at any load);
-- `greedy_partition`: a partition built layer by layer from the last, whose cost is an upper
-  end: no fill/drain argument of this form can prove more than it.
+- `greedy_partition`, `fitted_partition` (best fit under a bisected target) and `improve`
+  (local search): partitions whose cost is an upper end: no fill/drain argument of this form
+  can prove more than it;
+- `contiguous_bound`: the exact least over one-block-per-device plans (not a bound for
+  interleaved ones, which may beat it).
 
 `fill_drain` returns the largest proven figure with that upper end, so a report can say how much
 room the argument leaves. Where the MILP runs it is never below `device_bound` (which it
