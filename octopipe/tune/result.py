@@ -8,6 +8,7 @@ from octopipe.plan import Plan
 from octopipe.sim.result import SimResult
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.evaluate import Evaluated
+from octopipe.tune.fill_drain import FillDrain
 
 
 @dataclass
@@ -27,6 +28,8 @@ class TuneResult:
     ilp: dict = field(default_factory=dict)
     costs: CostTable | None = None        # the costs the plan's layers index (split model if split)
     shard_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
+    fill_drain: FillDrain | None = None   # over every plan the tuner may emit (octopipe.tune.fill_drain)
+    contiguous_bound_s: float | None = None   # the same argument over one-block-per-device plans
 
     @property
     def makespan_s(self) -> float:
@@ -66,6 +69,18 @@ class TuneResult:
                else "each piece costed as an even share of its measured layer")
         return f"{', '.join(parts)} ({len(shards)} layers into {total} pieces; {how})"
 
+    def _fill_drain_figures(self) -> dict:
+        fd = self.fill_drain
+        if fd is None:
+            return {}
+        return {"fill_drain_bound_s": fd.bound_s,
+                "efficiency_vs_fill_drain_bound": fd.bound_s / self.makespan_s,
+                "fill_drain_bound_how": fd.how,
+                "fill_drain_partition_s": fd.partition_s,
+                "contiguous_bound_s": self.contiguous_bound_s,
+                "efficiency_vs_contiguous_bound": (None if self.contiguous_bound_s is None
+                                                   else self.contiguous_bound_s / self.makespan_s)}
+
     def summary(self) -> dict:
         """The summary.json figures (snake_case, units in the names)."""
         s = self.sim_result
@@ -81,6 +96,7 @@ class TuneResult:
             "efficiency_vs_lower_bound": self.lower_bound_s / self.makespan_s,
             "layer_bound_s": self.layer_bound_s,
             "efficiency_vs_layer_bound": self.layer_bound_s / self.makespan_s,
+            **self._fill_drain_figures(),
             "tuner_seconds": self.tuner_seconds,
             "best_baseline": best.name if best else None,
             "speedup_vs_best_baseline": self.speedup_vs(best),

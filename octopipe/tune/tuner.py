@@ -41,7 +41,8 @@ from octopipe.schedule.action import Action, F, I, W
 from octopipe.schedule.table import ScheduleTable, v_placement
 from octopipe.sim.stage_span import stage_spans
 from octopipe.tune.baselines import as_candidate, run_baselines
-from octopipe.tune.bounds import layer_bound, lower_bound
+from octopipe.tune.bounds import layer_bound, lower_bound, memory_bound
+from octopipe.tune.fill_drain import FillDrain, contiguous_bound, fill_drain
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
@@ -343,9 +344,28 @@ def result(st: TuneState) -> TuneResult:
              "polish_stopped_by": st.polish_stop or "not run", "capped_stages": list(st.capped),
              "time_cap_s": st.budgets.cap_s, "estimate_s": outcome.best_makespan}
     on = st.problem_of(chosen.plan)
-    return TuneResult(chosen.plan, chosen.sim, chosen, st.history, st.baselines, st.elapsed(),
+    elapsed = st.elapsed()              # the search's time: the bound below is the report's
+    fd = emitted_fill_drain(st)
+    contiguous = min(contiguous_bound(pb) for pb in _emitted_problems(st))
+    return TuneResult(chosen.plan, chosen.sim, chosen, st.history, st.baselines, elapsed,
                       lower_bound(st.whole.layer_work(), st.whole.n_microbatches), tokens,
-                      layer_bound(on), stats, st.ilp, on.costs, dict(st.counts))
+                      layer_bound(on), stats, st.ilp, on.costs, dict(st.counts), fd, contiguous)
+
+
+def _emitted_problems(st: TuneState) -> list[Problem]:
+    """The layers a plan of this run may have: the whole ones (baselines) and the searched pieces."""
+    return [st.whole] + ([st.problem] if st.counts else [])
+
+
+def emitted_fill_drain(st: TuneState) -> FillDrain:
+    """The fill/drain bound (with the memory bound) over every plan this run may emit: the
+    baselines' on the whole layers and the search's on its pieces, so the lesser of the two."""
+    out = []
+    for pb in _emitted_problems(st):
+        fd = fill_drain(pb)
+        mem = memory_bound(pb)
+        out.append(fd if fd.bound_s >= mem else FillDrain(mem, "memory_bound", max(fd.partition_s, mem)))
+    return min(out, key=lambda x: x.bound_s)
 
 
 # ---------------------------------------------------------------------------------------------
