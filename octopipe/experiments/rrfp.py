@@ -159,6 +159,13 @@ def stage_max(work: np.ndarray, n: int) -> float:
     return max(float(work[lo:hi].sum()) for lo, hi in partition(work, n).ranges)
 
 
+def stage_balance(s: Setup) -> float:
+    """The largest stage's F + I + W over the mean stage's, in `s`'s partition."""
+    work = layer_work(s.costs)
+    st = [float(work[lo:hi].sum()) for lo, hi in s.plans["1f1b"].partition.ranges]
+    return max(st) / float(np.mean(st))
+
+
 def partition(work: np.ndarray, n: int) -> Partition:
     """The stages: contiguous layers (pieces) minimizing the largest stage's F + I + W."""
     return Partition.balanced(work, n)
@@ -305,7 +312,7 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
             (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
-            extra = {}
+            extra = {"stage_balance": stage_balance(s)}
             if s.config.images_max > 1 and s.compute == "emulated":
                 plain = replace(cfg, seq_len_cv=0.0, images_max=0)
                 nd = [sim_time(s, policy_config(plain, None), bases["1f1b"], sd)
@@ -368,12 +375,15 @@ def findings(points: list[dict]) -> list[str]:
         if mm and lang:
             with_data = float(np.mean([v["simulated_mc_speedup"] for v in mm]))
             no_data = float(np.mean([v["simulated_mc_no_data_speedup"] for v in mm]))
-            shape = ("so the gap is the multimodal pipeline's shape, not its data" if no_data < float(np.mean(lang))
-                     else "so the multimodal pipeline's shape is not what holds it back")
-            out.append(f"  - simulated, best hint, CV >= 0.3: the multimodal data variability (images per sample, "
-                       f"text lengths) moves the speedup {no_data:.2f} -> {with_data:.2f}; without it the multimodal "
-                       f"pipeline gains {no_data:.2f} against the language pipeline's {float(np.mean(lang)):.2f} under "
-                       f"the same per-action jitter, {shape}")
+            lang_mc = float(np.mean(lang))
+            out.append(f"  - simulated, best hint, CV >= 0.3: multimodal {with_data:.2f} against language {lang_mc:.2f}; "
+                       f"without its data variability (images per sample, text lengths) the multimodal pipeline gains "
+                       f"{no_data:.2f}, {'more' if no_data > lang_mc else 'less'} than the language one under the same "
+                       f"per-action jitter, so its data adds {with_data - no_data:+.2f}")
+        balance = {p["workload"]: p["stage_balance"] for p in sel if "stage_balance" in p}
+        if balance:
+            out.append("  - stage balance (largest / mean stage F+I+W, heavy layers cut by the planner's split_layers "
+                       "rule on both workloads): " + ", ".join(f"{w} {b:.2f}" for w, b in sorted(balance.items())))
         hi_sim = [p["simulated_mc_speedup"] for p in sel if p["workload"] == "multimodal" and p["jitter_cv"] >= 0.3]
         if hi_sim:
             out.append(f"  - multimodal, CV >= 0.3: best simulated speedup {max(hi_sim):.2f} "
