@@ -134,10 +134,11 @@ def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
 def split_layers(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable], n: int,
                  share: float) -> ModelSpec:
     """`model` with its heavy layers cut into pieces (`octopipe.model.shard`: the head by
-    vocabulary, MLPs by FFN width) by the planner's split_layers rule (`octopipe.tune.sharding`):
-    of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a mean stage, the fewest
-    pieces whose balanced partition's largest stage is within 1% of the lowest. Both workloads
-    get the same rule: a partition bound by one stage leaves dispatch order nothing to win."""
+    vocabulary, MLPs by FFN width) as the planner's split_layers lever chooses them
+    (`octopipe.tune.sharding`): of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a
+    mean stage, the fewest pieces whose bound is within 1% of the lowest; the bound here is the
+    largest stage of the balanced partition this experiment runs. Both workloads get the same
+    rule: a partition bound by one stage leaves dispatch order little to win."""
     sharder = model_sharder(model, costs_of)
     work = layer_work(costs_of(model))
     scored = []
