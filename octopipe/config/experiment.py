@@ -201,6 +201,11 @@ class RrfpExperiment(ExperimentConfig):
     multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this; they drive "
                                             "the ViT layers and the image tokens' share of the language "
                                             "layers (octopipe.sim.variability.image_share)", ge=1)
+    shard_share: float = setting(0.5, "both workloads: heavy layers (head, MLP) cut into pieces by the "
+                                      "planner's split_layers rule (octopipe.tune.sharding): of whole layers "
+                                      "and pieces capped at 1, 1/2, 1/4 of this share of a mean stage, the "
+                                      "fewest pieces whose balanced partition's largest stage is within 1% "
+                                      "of the lowest", gt=0)
     jitter_cvs: tuple[float, ...] = setting((0.0, 0.1, 0.3, 0.5), "compute jitter levels", ge=0, le=3)
     straggler_cv: float = setting(0.1, "the straggler case's jitter", ge=0, le=3)
     straggler_prob: float = setting(0.05, "the straggler case: probability per action", ge=0, le=1)

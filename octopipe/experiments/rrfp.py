@@ -32,7 +32,13 @@ task the agreement time per agreed task (`agreement_s`) of a separate calibratio
 (ready-first, CV 0, seed + 1), not of the run it predicts; each tp point also records that time in
 its own run (`ready_first_agreement_s`), its rounds per task and its microseconds per round.
 
-The LM head is cut by vocabulary into pieces no larger than a mean stage (`head_split`).
+Both workloads get one pipeline-shape rule (`split_layers`, the planner's split_layers rule of
+`octopipe.tune.sharding`, `experiment.shard_share`): heavy layers (the LM head by vocabulary, MLPs
+by FFN width) are cut into pieces where that lowers the balanced partition's largest stage. With
+whole layers (the head in a few pieces) 8 stages are bound by one stage (tiny_hybrid 1.39x the
+mean, tiny_vlm 1.44x: two head pieces), which leaves dispatch order little to win; cut, they are
+1.14x and 1.20x (tiny_vlm's ViT blocks and attention layers cannot be cut).
+
 Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
 simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -71,6 +78,7 @@ from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.durations import Durations, bind
 from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
+from octopipe.tune.sharding import model_sharder
 from octopipe.schedule.action import Action
 
 LINK = Link("loopback", 5e8, 1e-4)
@@ -123,15 +131,45 @@ def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
     return build_model(preset("model", ex.language if workload == "language" else ex.multimodal))
 
 
-def head_split(model: ModelSpec, costs: CostTable, n: int) -> ModelSpec:
-    """`model` with its LM head cut by vocabulary into the fewest (a power of two) pieces that
-    each take no more than a mean stage (else the head's stage alone sets the pace and no
-    dispatch order matters)."""
-    w = costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0]
-    pieces = 1
-    while w[-1] / pieces > w.sum() / n and pieces < 8:
-        pieces *= 2
-    return shard_model(model, {model.n_layers - 1: pieces}) if pieces > 1 else model
+def split_layers(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable], n: int,
+                 share: float) -> ModelSpec:
+    """`model` with its heavy layers cut into pieces (`octopipe.model.shard`: the head by
+    vocabulary, MLPs by FFN width) as the planner's split_layers lever chooses them
+    (`octopipe.tune.sharding`): of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a
+    mean stage, the fewest pieces whose bound is within 1% of the lowest; the bound here is the
+    largest stage of the balanced partition this experiment runs. Both workloads get the same
+    rule: a partition bound by one stage leaves dispatch order little to win."""
+    sharder = model_sharder(model, costs_of)
+    work = layer_work(costs_of(model))
+    scored = []
+    for counts in sharder.options(work, n, share):
+        w = layer_work(sharder.costs_for(counts)) if counts else work
+        scored.append((stage_max(w, n), sum(counts.values()), counts))
+    best = min(b for b, _, _ in scored)
+    _, _, counts = min((x for x in scored if x[0] <= best * 1.01), key=lambda x: x[1])
+    return shard_model(model, counts) if counts else model
+
+
+def layer_work(costs: CostTable) -> np.ndarray:
+    """Each layer's F + I + W seconds (what the partition balances)."""
+    return costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0]
+
+
+def stage_max(work: np.ndarray, n: int) -> float:
+    """The largest stage sum of `work`'s balanced partition on `n` stages."""
+    return max(float(work[lo:hi].sum()) for lo, hi in partition(work, n).ranges)
+
+
+def stage_balance(s: Setup) -> float:
+    """The largest stage's F + I + W over the mean stage's, in `s`'s partition."""
+    work = layer_work(s.costs)
+    st = [float(work[lo:hi].sum()) for lo, hi in s.plans["1f1b"].partition.ranges]
+    return max(st) / float(np.mean(st))
+
+
+def partition(work: np.ndarray, n: int) -> Partition:
+    """The stages: contiguous layers (pieces) minimizing the largest stage's F + I + W."""
+    return Partition.balanced(work, n)
 
 
 def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup:
@@ -142,9 +180,12 @@ def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup
     n = ex.emulated_ranks // tp if compute == "emulated" else ex.real_ranks
     m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
     cost = AnalyticCost(tp=tp)
-    model = head_split(whole, analytic_costs(cost, whole, local_cluster(n, LINK)), n)
-    costs = analytic_costs(cost, model, local_cluster(n, LINK))
-    part = Partition.balanced(costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0], n)
+
+    def costs_of(m: ModelSpec) -> CostTable:
+        return analytic_costs(cost, m, local_cluster(n, LINK))
+    model = split_layers(whole, costs_of, n, ex.shard_share)
+    costs = costs_of(model)
+    part = partition(layer_work(costs), n)
     plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}
     mm = workload == "multimodal"
     config = RuntimeConfig(
@@ -272,7 +313,7 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
             (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
-            extra = {}
+            extra = {"stage_balance": stage_balance(s)}
             if s.config.images_max > 1 and s.compute == "emulated":
                 plain = replace(cfg, seq_len_cv=0.0, images_max=0)
                 nd = [sim_time(s, policy_config(plain, None), bases["1f1b"], sd)
@@ -335,12 +376,15 @@ def findings(points: list[dict]) -> list[str]:
         if mm and lang:
             with_data = float(np.mean([v["simulated_mc_speedup"] for v in mm]))
             no_data = float(np.mean([v["simulated_mc_no_data_speedup"] for v in mm]))
-            shape = ("so the gap is the multimodal pipeline's shape, not its data" if no_data < float(np.mean(lang))
-                     else "so the multimodal pipeline's shape is not what holds it back")
-            out.append(f"  - simulated, best hint, CV >= 0.3: the multimodal data variability (images per sample, "
-                       f"text lengths) moves the speedup {no_data:.2f} -> {with_data:.2f}; without it the multimodal "
-                       f"pipeline gains {no_data:.2f} against the language pipeline's {float(np.mean(lang)):.2f} under "
-                       f"the same per-action jitter, {shape}")
+            lang_mc = float(np.mean(lang))
+            out.append(f"  - simulated, best hint, CV >= 0.3: multimodal {with_data:.2f} against language {lang_mc:.2f}; "
+                       f"without its data variability (images per sample, text lengths) the multimodal pipeline gains "
+                       f"{no_data:.2f}, {'more' if no_data > lang_mc else 'less'} than the language one under the same "
+                       f"per-action jitter, so its data adds {with_data - no_data:+.2f}")
+        balance = {p["workload"]: p["stage_balance"] for p in sel if "stage_balance" in p}
+        if balance:
+            out.append("  - stage balance (largest / mean stage F+I+W, heavy layers cut by the planner's split_layers "
+                       "rule on both workloads): " + ", ".join(f"{w} {b:.2f}" for w, b in sorted(balance.items())))
         hi_sim = [p["simulated_mc_speedup"] for p in sel if p["workload"] == "multimodal" and p["jitter_cv"] >= 0.3]
         if hi_sim:
             out.append(f"  - multimodal, CV >= 0.3: best simulated speedup {max(hi_sim):.2f} "

@@ -11,6 +11,7 @@ from octopipe.measure.machine import local_cluster
 from octopipe.runtime.dispatch import variability_of
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.simulator import ReadyFirst
+from octopipe.tune.sharding import model_sharder
 
 EX = rrfp.quick(RrfpExperiment(name="rrfp"))
 
@@ -53,3 +54,28 @@ def test_multimodal_images_reach_the_language_stages():
     assert share[0] > 0.5 and share[0] == max(share)   # the vision encoder opens the pipeline
     assert 0.0 < min(share[:-1]) and share[-1] < share[0]
     assert var.images_max == EX.multimodal_images_max and var.seq_len_cv == EX.multimodal_seq_len_cv
+
+
+def test_both_workloads_split_heavy_layers_by_one_rule():
+    """At 8 stages both workloads are cut by the planner's split_layers rule: the chosen split's
+    largest stage is within 1% of the best option's and no option with fewer pieces is; the cut
+    pipelines are better balanced than whole layers allow; 2 real ranks keep whole layers."""
+    ex = RrfpExperiment(name="rrfp")
+    for w in ("language", "multimodal"):
+        s = rrfp.setup(ex, w, "emulated")
+        whole = rrfp.setup_model(ex, w)
+        n = s.plans["1f1b"].table.n_devices
+
+        def costs_of(m):
+            return analytic_costs(AnalyticCost(), m, local_cluster(n, rrfp.LINK))
+        sharder = model_sharder(whole, costs_of)
+        work = rrfp.layer_work(costs_of(whole))
+        opts = sharder.options(work, n, ex.shard_share)
+        bound = {sum(c.values()) - len(c): rrfp.stage_max(rrfp.layer_work(sharder.costs_for(c)), n) for c in opts}
+        added = s.model.n_layers - whole.n_layers          # pieces beyond the whole layers
+        assert added > 0 and bound[added] <= min(bound.values()) * 1.01
+        assert all(b > min(bound.values()) * 1.01 for k, b in bound.items() if k < added)
+        t = rrfp.layer_work(s.costs)
+        stages = np.array([t[lo:hi].sum() for lo, hi in s.plans["1f1b"].partition.ranges])
+        assert stages.max() / stages.mean() < 1.25 < bound[0] / (work.sum() / n)
+        assert rrfp.setup(ex, w, "real").model.n_layers == whole.n_layers
