@@ -243,17 +243,21 @@ class Rank:
         order). The best-ranked ready task runs at once if it has no TP collectives; otherwise
         it is this rank's pick in a `Round` (one scalar all-gather with the stage's other TP
         ranks) and runs only if every rank picked it. While a round is in flight the rank runs
-        its ready tasks without collectives. After a disagreement a rank whose pick was the best
-        gathered one picks again at once; the others wait until something arrived or finished
-        since their pick (nothing else can change it). Waits are on the inbox's condition, which
-        arrivals, errors and the round's completion all notify (runtime/README.md)."""
+        its ready tasks without collectives that feed others (F, I, B: a W feeds no task and
+        ranks below the pick, so it waits for the round instead of delaying the agreed task);
+        with none of those left to wait for, it blocks on the round itself (one wake-up, not the
+        round's callback and then the dispatcher). After a disagreement a rank whose pick was the
+        best gathered one picks again at once; the others wait until something arrived or
+        finished since their pick (nothing else can change it). Other waits are on the inbox's
+        condition, which arrivals, errors and the round's completion all notify
+        (runtime/README.md)."""
         inbox = self.transport.inbox
         while True:
             with inbox.cv:
                 self._check(inbox)
                 rnd = self._round
-                if rnd is None or not rnd.done():
-                    a = self._pick(pending, done, local) if rnd is None else None
+                if rnd is None:
+                    a = self._pick(pending, done, local)
                     if a is not None and a not in self.agreeing:
                         return a
                     if a is not None and self._changes(done) != self._deferred:
@@ -262,15 +266,23 @@ class Rank:
                     free = self._free(pending, done, local)
                     if free is not None:
                         return free
-                    t0 = time.perf_counter()
-                    inbox.cv.wait(timeout=self._poll_s if rnd is not None else 0.05)
-                    if rnd is not None:
-                        self._agree_s += time.perf_counter() - t0
+                    inbox.cv.wait(timeout=0.05)
                     continue
+                if not rnd.done():
+                    free = self._free(pending, done, local, feeding=True)
+                    if free is not None:
+                        return free
+                    if self.job.backend == "nccl" or any(self._feeds(a) for a in pending):
+                        t0 = time.perf_counter()
+                        inbox.cv.wait(timeout=self._poll_s)
+                        self._agree_s += time.perf_counter() - t0
+                        continue
             t0 = time.perf_counter()
             picks = rnd.result()
             self._agree_s += time.perf_counter() - t0
             self._round = None
+            self.events.append({"it": self._it, "round": rnd.pick, "post": rnd.posted, "end": time.perf_counter(),
+                                "agreed": agreed(picks, rnd.pick)})
             if agreed(picks, rnd.pick):
                 self._agree_tasks += 1
                 self._deferred = None
@@ -285,7 +297,7 @@ class Rank:
                 inbox.cv.notify_all()
         t0 = time.perf_counter()
         self._round = Round(self.rowpos[a], self.tp_group, self.comm_device,
-                            None if self.job.backend == "nccl" else wake, seen=self._changes(done))
+                            None if self.job.backend == "nccl" else wake, seen=self._changes(done), posted=t0)
         self._agree_rounds += 1
         self._agree_s += time.perf_counter() - t0
 
@@ -294,10 +306,15 @@ class Rank:
         finished tasks."""
         return len(self.transport.inbox.arrivals) + len(done)
 
-    def _free(self, pending: list[Action], done: set[Action], local) -> Action | None:
-        """The best-ranked ready task that needs no agreement (None: none)."""
-        return next((a for a in pending if a not in self.agreeing and self._ready(a, done, local)
-                     and self._allowed(a)), None)
+    def _feeds(self, a: Action) -> bool:
+        """Whether `a` needs no agreement and feeds another task (F, I, B; not W)."""
+        return a.kind is not ActionKind.W and a not in self.agreeing
+
+    def _free(self, pending: list[Action], done: set[Action], local, feeding: bool = False) -> Action | None:
+        """The best-ranked ready task that needs no agreement (`feeding`: of those, one that
+        feeds another task; None: none)."""
+        return next((a for a in pending if a not in self.agreeing and (not feeding or self._feeds(a))
+                     and self._ready(a, done, local) and self._allowed(a)), None)
 
     def _check(self, inbox) -> None:
         if inbox.error is not None:
@@ -422,6 +439,7 @@ class Rank:
         self._live: dict[int, int] = {}
         self._adm_next, self._mem = 0, 0.0
         self._decisions: list[float] = []
+        self._it = it
         self._agree_s, self._agree_rounds, self._agree_tasks = 0.0, 0, 0
         self._deferred: int | None = None       # after a disagreement: the change count of this rank's pick
         self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
