@@ -69,7 +69,7 @@ class RankJob:
     autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
     arbitration: Arbitration = field(default_factory=Arbitration)
     tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
-    # per stage: whether its F, I/B, W run TP collectives (`sim.agreement.agreement_stages`; empty: F, I/B everywhere)
+    # per stage: whether its F, I, W run TP collectives (B: I or W; `sim.agreement.agreement_stages`; empty: F, I, B everywhere)
     agree_stages: tuple[tuple[bool, bool, bool], ...] = ()
 
 

@@ -78,7 +78,7 @@ def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     """Ready-first pays one round before each F and B of the chain (every stage runs TP
     collectives both ways: a round follows readiness); strict pays none; W of a split backward
     pays none except on the first stage, whose whole backward runs in W in this runtime (its input
-    has no gradient)."""
+    has no gradient), so there its I, which computes nothing, pays none."""
     m = model("llama3_8b")
     sim, part = chain(m, 2)
     a = agreement_seconds(2, NV)
@@ -90,8 +90,9 @@ def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     assert sim.run(dur, policy=ReadyFirst("bf")).makespan == pytest.approx(strict + n_tasks * a, rel=1e-12)
     zb = Simulator(build_schedule("zbh1", 4, 1))
     tasks = collective_tasks(zb.program, m, part, 2)
-    w = zb.program.c_kind == 2
-    assert np.array_equal(tasks[w], zb.program.c_stage[w] == 0) and tasks[~w].all()
+    w, first_i = zb.program.c_kind == 2, (zb.program.c_kind == 1) & (zb.program.c_stage == 0)
+    assert np.array_equal(tasks[w], zb.program.c_stage[w] == 0) and tasks[~w & ~first_i].all()
+    assert not tasks[first_i].any()     # the first stage's I is empty: its backward runs in W
 
 
 def test_patch_embedding_stage_agrees_on_nothing():
