@@ -1,5 +1,7 @@
 """experiment=rrfp's models without processes: tp setups costed with their collectives, the
 agreement the simulator charges, the multimodal data model."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,16 @@ def test_multimodal_images_reach_the_language_stages():
     assert share[0] > 0.5 and share[0] == max(share)   # the vision encoder opens the pipeline
     assert 0.0 < min(share[:-1]) and share[-1] < share[0]
     assert var.images_max == EX.multimodal_images_max and var.seq_len_cv == EX.multimodal_seq_len_cv
+
+
+def test_emulated_tp_setups_run_at_their_own_step_and_microbatches():
+    """`tp_scaled`: an emulated TP setup sleeps `tp_emulate_step_s` per mean stage F over
+    `tp_microbatches`, on the same partition; tp = 1 and real setups are left as they are."""
+    ex = replace(EX, tp_emulate_step_s=0.02, tp_microbatches=6)
+    s = rrfp.setup(ex, "language", "emulated", 2)
+    t = rrfp.tp_scaled(s, ex)
+    assert t.config.emulate_step_s == 0.02 and s.config.emulate_step_s == ex.emulate_step_s
+    assert {p.table.n_microbatches for p in t.plans.values()} == {6}
+    assert all(t.plans[k].partition == s.plans[k].partition for k in s.plans)
+    one = rrfp.setup(ex, "language", "emulated", 1)
+    assert rrfp.tp_scaled(one, ex) is one

@@ -12,8 +12,8 @@ from octopipe.model.layer import LayerKind as K
 from octopipe.plan import Partition
 from octopipe.schedule.library import build_schedule
 from octopipe.sim import ReadyFirst, Simulator
-from octopipe.sim.agreement import (agreement_seconds, collective_stages, collective_tasks,
-                                    tp_agreement)
+from octopipe.sim.agreement import (agreement_seconds, agreement_stages, collective_stages, collective_tasks,
+                                    needs_agreement, tp_agreement)
 from octopipe.sim.durations import bind
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -145,3 +145,14 @@ def test_profiled_costs_refuse_cost_tp():
     from octopipe.errors import ConfigError
     with pytest.raises(ConfigError, match=r"cost\.tp=2 with cost=profiled"):
         profiled_costs(ProfiledCost(tp=2), model("tiny_hybrid"), FOUR)
+
+
+def test_the_first_stage_agrees_on_w_and_b_not_on_its_empty_i():
+    """In this runtime the first stage's input has no gradient: its I computes nothing and its
+    whole backward, collectives included, runs in W (or in B, I and W in one pass)."""
+    m = model("tiny_hybrid")
+    stages = agreement_stages(m, [(0, 4), (4, m.n_layers)], 2)
+    assert stages[0] == (True, False, True) and stages[1][:2] == (True, True)
+    assert [bool(needs_agreement(k, *stages[0])) for k in range(4)] == [True, False, True, True]
+    assert [bool(needs_agreement(k, True, True, False)) for k in range(4)] == [True, True, False, True]
+    assert not needs_agreement(3, False, False, False)
