@@ -197,6 +197,7 @@ class Rank:
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() and job.weights is None else None
         self.agreeing = self._agreeing()
+        self.feeding = self._feeding()
         self._round: Round | None = None
         self.events: list[dict] = []
 
@@ -243,10 +244,11 @@ class Rank:
         order). The best-ranked ready task runs at once if it has no TP collectives; otherwise
         it is this rank's pick in a `Round` (one scalar all-gather with the stage's other TP
         ranks) and runs only if every rank picked it. While a round is in flight the rank runs
-        its ready tasks without collectives that feed others (F, I, B: a W feeds no task and
-        ranks below the pick, so it waits for the round instead of delaying the agreed task);
-        with none of those left to wait for, it blocks on the round itself (one wake-up, not the
-        round's callback and then the dispatcher). After a disagreement a rank whose pick was the
+        its ready tasks without collectives that send a message (`feeding`: a W, or the first
+        stage's empty I, feeds only this rank's later tasks and ranks below the pick, so it waits
+        for the round instead of delaying the agreed task); with none of those left to wait for,
+        it blocks on the round itself (one wake-up, not the round's callback and then the
+        dispatcher). After a disagreement a rank whose pick was the
         best gathered one picks again at once; the others wait until something arrived or
         finished since their pick (nothing else can change it). Other waits are on the inbox's
         condition, which arrivals, errors and the round's completion all notify
@@ -272,7 +274,7 @@ class Rank:
                     free = self._free(pending, done, local, feeding=True)
                     if free is not None:
                         return free
-                    if self.job.backend == "nccl" or any(self._feeds(a) for a in pending):
+                    if self.job.backend == "nccl" or any(a in self.feeding for a in pending):
                         t0 = time.perf_counter()
                         inbox.cv.wait(timeout=self._poll_s)
                         self._agree_s += time.perf_counter() - t0
@@ -296,8 +298,11 @@ class Rank:
             with inbox.cv:
                 inbox.cv.notify_all()
         t0 = time.perf_counter()
-        self._round = Round(self.rowpos[a], self.tp_group, self.comm_device,
-                            None if self.job.backend == "nccl" else wake, seen=self._changes(done), posted=t0)
+        # the round's callback wakes a rank waiting on its inbox; a rank with no feeding task blocks
+        # on the round itself and needs none (one less Python thread wanting the GIL per round)
+        callback = wake if self.job.backend != "nccl" and self.feeding else None
+        self._round = Round(self.rowpos[a], self.tp_group, self.comm_device, callback, seen=self._changes(done),
+                            posted=t0)
         self._agree_rounds += 1
         self._agree_s += time.perf_counter() - t0
 
@@ -306,14 +311,16 @@ class Rank:
         finished tasks."""
         return len(self.transport.inbox.arrivals) + len(done)
 
-    def _feeds(self, a: Action) -> bool:
-        """Whether `a` needs no agreement and feeds another task (F, I, B; not W)."""
-        return a.kind is not ActionKind.W and a not in self.agreeing
+    def _feeding(self) -> frozenset[Action]:
+        """The row's tasks that need no agreement and send a message (to another rank, or to a
+        stage of this one): what may run while a round is in flight. The others (W, the first
+        stage's empty I) feed only this rank's own later tasks, which rank below the pick."""
+        return frozenset(a for a in self.row if a not in self.agreeing and produced_message(self.table, a) is not None)
 
     def _free(self, pending: list[Action], done: set[Action], local, feeding: bool = False) -> Action | None:
-        """The best-ranked ready task that needs no agreement (`feeding`: of those, one that
-        feeds another task; None: none)."""
-        return next((a for a in pending if a not in self.agreeing and (not feeding or self._feeds(a))
+        """The best-ranked ready task that needs no agreement (`feeding`: of those, one of
+        `self.feeding`; None: none)."""
+        return next((a for a in pending if a not in self.agreeing and (not feeding or a in self.feeding)
                      and self._ready(a, done, local) and self._allowed(a)), None)
 
     def _check(self, inbox) -> None:
