@@ -451,7 +451,7 @@ class Rank:
         self._deferred: int | None = None       # after a disagreement: the change count of this rank's pick
         self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
         dist.barrier()
-        begin = time.perf_counter()
+        begin, cpu = time.perf_counter(), time.process_time()
         pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
         for n in range(len(self.row)):
             self.control.report(self.rank, it, n, min(map(self.rowpos.__getitem__, pending)), waiting=True)
@@ -473,6 +473,7 @@ class Rank:
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
+                            "cpu_s": time.process_time() - cpu,     # every thread of this rank
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
                             "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks})
