@@ -33,8 +33,8 @@ task the agreement time per agreed task (`agreement_s`) of a separate calibratio
 its own run (`ready_first_agreement_s`), its rounds per task and its microseconds per round.
 
 The LM head is cut by vocabulary into pieces no larger than a mean stage (`head_split`).
-Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`) on 8 ranks, and the
-simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
+Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`; the TP runs at
+`tp_emulate_step_s` over `tp_microbatches`, `tp_scaled`) on 8 ranks, and the simulator times exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
 simulator takes each stage's F/B/I/W times from strict runs at CV 0.
 """
@@ -295,7 +295,8 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
             if s.tp > 1:
                 cost = agreement_cost(res.events, measured) or {}
                 extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res),
-                          "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round")}
+                          "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round"),
+                          "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
                            "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
@@ -382,6 +383,21 @@ def findings(points: list[dict]) -> list[str]:
                    f"{max(map(speedup_error, tp)):.3f}); calibrated {1e3 * float(np.mean([p['agreement_s'] for p in tp])):.2f} "
                    f"ms per agreed task, measured in the predicted runs "
                    f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in tp])):.2f} ms")
+        emu = [p for p in tp if p["compute"] == "emulated" and p.get("emulate_step_s")]
+        if emu:
+            step = emu[0]["emulate_step_s"]
+            share = float(np.mean([p["ready_first_agreement_s"] for p in emu])) / step
+            out.append(f"  - emulated tp points: mean stage F {1e3 * step:g} ms (`tp_emulate_step_s`), "
+                       f"{emu[0]['microbatches']} micro-batches; agreement per agreed task = {100 * share:.1f}% "
+                       f"of it (RRFP's GPUs: well under 1%)")
+        real = [p for p in tp if p["compute"] == "real"]
+        if real:
+            out.append(f"  - real tp points ({real[0]['ranks']} x tp {real[0]['tp']} = {real[0]['ranks'] * real[0]['tp']} "
+                       f"processes with real compute on this machine's cores): agreement per agreed task "
+                       f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in real])):.2f} ms against tasks of "
+                       f"about 10 ms, and the ranks share the cores, so an iteration follows the CPU time of all ranks "
+                       f"(ready-first's split backward and rounds add to it), not the schedule's critical path the "
+                       f"simulator times")
     return out
 
 
@@ -478,7 +494,9 @@ def run(inputs: Inputs) -> Result:
         f"one agreement (scalar all-gather) {fmt(agreement_us, '.0f')} us alone, "
         f"{fmt(summary['pipeline_agreement_cost_us'], '.0f')} us per round inside the tp = 2 pipelines, whose "
         "emulated TP ranks sleep their stage's modelled time at cost.tp = 2 (half the work plus the TP collectives, "
-        "`octopipe.cost.collectives`, timed on the loopback link). Under ready-first they agree before each "
+        "`octopipe.cost.collectives`, timed on the loopback link), scaled so the mean stage F lasts "
+        f"`tp_emulate_step_s` = {1e3 * ex.tp_emulate_step_s:g} ms over {ex.tp_microbatches} micro-batches: a round here "
+        "costs 1-2 ms, a third of the 5 ms tp = 1 step, where RRFP's GPUs spend well under 1% of a task on it. Under ready-first they agree before each "
         "task with TP collectives, under strict on nothing (RRFP's rule, `octopipe.sim.agreement.needs_agreement`, "
         "shared by the runtime and the simulator). The simulator times both: the collectives inside F and I, and "
         "before each agreed task the agreement time per agreed task of a separate calibration run (ready-first, "
