@@ -228,9 +228,9 @@ class RrfpExperiment(ExperimentConfig):
     tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)
     tp_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bfw",), "the TP runs' hints")
     tp_emulate_step_s: float = setting(
-        0.02, "emulated TP runs: mean stage F seconds (one agreement round costs 1-2 ms inside the 8-process "
-               "pipelines on these 2 cores, 0.01-0.1 ms on GPUs against ms tasks: the longer step brings the "
-               "round back to a few percent of a task, near RRFP's ratio)", gt=0)
+        0.02, "emulated TP runs: mean stage F seconds (an agreement round among 8 processes on a few CPU "
+               "cores is a large share of a short task, on RRFP's GPUs well under 1%: the longer step brings "
+               "it back to a few percent; measured in runtime/README.md)", gt=0)
     tp_microbatches: int = setting(8, "micro-batches of the emulated TP runs (fewer than emulated_microbatches: "
                                       "their longer step)", ge=1)
     tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "

@@ -244,9 +244,9 @@ def ratio_stats(x: list[float]) -> tuple[float, float]:
 
 def tp_scaled(s: Setup, ex: RrfpExperiment) -> Setup:
     """An emulated TP setup at its own step and micro-batches (`experiment.tp_emulate_step_s`,
-    `tp_microbatches`; same partition): one agreement round costs 1-2 ms inside the 8-process
-    pipelines on this machine's 2 cores, about a third of a 5 ms task, where RRFP's GPUs spend
-    well under 1%; the longer step keeps the round a few percent of a task. Others unchanged."""
+    `tp_microbatches`; same partition): an agreement round among 8 processes on a few CPU cores
+    is a large share of a short task, where RRFP's GPUs spend well under 1% of one; the longer
+    step keeps it a few percent (figures in runtime/README.md). Others unchanged."""
     if s.tp <= 1 or s.compute != "emulated":
         return s
     n, part = s.plans["1f1b"].table.n_devices, s.plans["1f1b"].partition
@@ -495,8 +495,9 @@ def run(inputs: Inputs) -> Result:
         f"{fmt(summary['pipeline_agreement_cost_us'], '.0f')} us per round inside the tp = 2 pipelines, whose "
         "emulated TP ranks sleep their stage's modelled time at cost.tp = 2 (half the work plus the TP collectives, "
         "`octopipe.cost.collectives`, timed on the loopback link), scaled so the mean stage F lasts "
-        f"`tp_emulate_step_s` = {1e3 * ex.tp_emulate_step_s:g} ms over {ex.tp_microbatches} micro-batches: a round here "
-        "costs 1-2 ms, a third of the 5 ms tp = 1 step, where RRFP's GPUs spend well under 1% of a task on it. Under ready-first they agree before each "
+        f"`tp_emulate_step_s` = {1e3 * ex.tp_emulate_step_s:g} ms over {ex.tp_microbatches} micro-batches, so that a "
+        "round is a smaller share of a task (the findings above give it), nearer RRFP's GPUs (well under 1%), than "
+        "at the tp = 1 step. Under ready-first they agree before each "
         "task with TP collectives, under strict on nothing (RRFP's rule, `octopipe.sim.agreement.needs_agreement`, "
         "shared by the runtime and the simulator). The simulator times both: the collectives inside F and I, and "
         "before each agreed task the agreement time per agreed task of a separate calibration run (ready-first, "
