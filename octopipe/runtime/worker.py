@@ -248,11 +248,10 @@ class Rank:
         stage's empty I, feeds only this rank's later tasks and ranks below the pick, so it waits
         for the round instead of delaying the agreed task); with none of those left to wait for,
         it blocks on the round itself (one wake-up, not the round's callback and then the
-        dispatcher). After a disagreement a rank whose pick was the
-        best gathered one picks again at once; the others wait until something arrived or
-        finished since their pick (nothing else can change it). Other waits are on the inbox's
-        condition, which arrivals, errors and the round's completion all notify
-        (runtime/README.md)."""
+        dispatcher). After a disagreement a rank whose pick was the best gathered one picks again
+        at once; the others wait until something arrived or finished since their pick (nothing
+        else can change it). Other waits are on the inbox's condition, which arrivals, errors and
+        the round's completion all notify (runtime/README.md)."""
         inbox = self.transport.inbox
         while True:
             with inbox.cv:
