@@ -232,6 +232,12 @@ class RrfpExperiment(ExperimentConfig):
                          "/ tp pipeline ranks; 1: none)", ge=1, le=8)
     tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)
     tp_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bfw",), "the TP runs' hints")
+    tp_emulate_step_s: float = setting(
+        0.02, "emulated TP runs: mean stage F seconds (an agreement round among 8 processes on a few CPU "
+               "cores is a large share of a short task, on RRFP's GPUs well under 1%: the longer step brings "
+               "it back to a few percent; measured in runtime/README.md)", gt=0)
+    tp_microbatches: int = setting(8, "micro-batches of the emulated TP runs (fewer than emulated_microbatches: "
+                                      "their longer step)", ge=1)
     tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "
                                    "layer, and the cost of one agreement (2 gloo ranks)")
     quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "

@@ -5,7 +5,11 @@
 `run(jitter=..., seed=(seed, iteration))` draws). Emulated compute sleeps its modelled time times
 the action's factor; real compute runs the action, then does `(factor - 1)` times its measured
 time of extra work (matrix products on the rank's core, so the core is really busy; factors
-below 1 are floored at 1 by the model's `floor`). `DelayedSender` posts a send after its drawn
+below 1 are floored at 1 by the model's `floor`). On the CPU that time is the compute thread's
+CPU time (`time.thread_time`), the work the action did: it leaves out time blocked in a
+collective or descheduled, so the TP ranks of a stage, which run the same work, do the same
+extra work, as one device would (their wall times differ by how long each waited in the
+all-reduces); on a GPU it is the wall time after a synchronize. `DelayedSender` posts a send after its drawn
 delay from a thread of its own, so the rank keeps computing meanwhile.
 """
 from __future__ import annotations
@@ -23,12 +27,12 @@ from octopipe.sim.variability import Draws, Variability
 F, I, W, B = 0, 1, 2, 3
 
 
-def busy_work(seconds: float, device: torch.device) -> int:
-    """Matrix products for `seconds` on `device`; how many ran."""
+def busy_work(seconds: float, device: torch.device, clock: Callable[[], float] = time.perf_counter) -> int:
+    """Matrix products for `seconds` of `clock` on `device`; how many ran."""
     a = torch.full((96, 96), 1e-3, device=device)
-    end = time.perf_counter() + seconds
+    end = clock() + seconds
     n = 0
-    while time.perf_counter() < end:
+    while clock() < end:
         a = torch.tanh(a @ a)
         n += 1
     if device.type == "cuda":
@@ -70,12 +74,13 @@ class Jittered:
                 return call()
             finally:
                 self.inner.durations[stage] = base
-        t0 = time.perf_counter()
+        clock = time.perf_counter if self.device.type == "cuda" else time.thread_time
+        t0 = clock()
         out = call()
         if f > 1.0:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            busy_work((f - 1.0) * (time.perf_counter() - t0), self.device)
+            busy_work((f - 1.0) * (clock() - t0), self.device, clock)
         return out
 
     def forward(self, stage: int, mb: int, x):

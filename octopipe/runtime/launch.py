@@ -276,7 +276,7 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
 
 
 def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:
-    """Per stage, whether its F, I/B and W run TP collectives: what RRFP's agreement keys on
+    """Per stage, whether its F, I and W run TP collectives (B: either): what RRFP's agreement keys on
     (`octopipe.sim.agreement.agreement_stages`, the simulator's definition); empty (F, I and B of
     every stage) without a ModelSpec or at tp = 1."""
     if job.config.tp <= 1 or not isinstance(job.model, ModelSpec):

@@ -84,11 +84,11 @@ class Round:
     int64) over `group`, on `device` (the CPU for gloo, the rank's GPU for NCCL). `wake` is
     called when it completes (gloo's future; None: poll `done`), so a dispatcher waiting on its
     inbox for arrivals is woken by the round too, and runs other work meanwhile. `seen`: what the
-    poster knew when it picked (`runtime.worker`'s change count)."""
+    poster knew when it picked (`runtime.worker`'s change count); `posted`: when (perf_counter s)."""
 
     def __init__(self, pick: int, group, device: torch.device | None = None,
-                 wake: Callable[[], None] | None = None, seen: int = 0) -> None:
-        self.pick, self.seen = pick, seen
+                 wake: Callable[[], None] | None = None, seen: int = 0, posted: float = 0.0) -> None:
+        self.pick, self.seen, self.posted = pick, seen, posted
         mine = torch.tensor([pick], dtype=torch.int64, device=device)
         self.picks = [torch.empty(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size(group))]
         self.finished = False
@@ -104,8 +104,12 @@ class Round:
         return self.finished or self.work.is_completed()
 
     def result(self) -> list[int]:
-        """Every rank's pick (waits for the round if it has not completed)."""
-        self.work.wait()
+        """Every rank's pick (waits for the round if it has not completed; a peer that failed or
+        left ends it with a ConnectionError)."""
+        try:
+            self.work.wait()
+        except RuntimeError as e:
+            raise ConnectionError(f"agreement round failed: {e}") from e
         return [int(p) for p in self.picks]
 
 

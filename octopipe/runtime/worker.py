@@ -69,7 +69,7 @@ class RankJob:
     autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
     arbitration: Arbitration = field(default_factory=Arbitration)
     tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
-    # per stage: whether its F, I/B, W run TP collectives (`sim.agreement.agreement_stages`; empty: F, I/B everywhere)
+    # per stage: whether its F, I, W run TP collectives (B: I or W; `sim.agreement.agreement_stages`; empty: F, I, B everywhere)
     agree_stages: tuple[tuple[bool, bool, bool], ...] = ()
 
 
@@ -197,6 +197,7 @@ class Rank:
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() and job.weights is None else None
         self.agreeing = self._agreeing()
+        self.feeding = self._feeding()
         self._round: Round | None = None
         self.events: list[dict] = []
 
@@ -243,17 +244,21 @@ class Rank:
         order). The best-ranked ready task runs at once if it has no TP collectives; otherwise
         it is this rank's pick in a `Round` (one scalar all-gather with the stage's other TP
         ranks) and runs only if every rank picked it. While a round is in flight the rank runs
-        its ready tasks without collectives. After a disagreement a rank whose pick was the best
-        gathered one picks again at once; the others wait until something arrived or finished
-        since their pick (nothing else can change it). Waits are on the inbox's condition, which
-        arrivals, errors and the round's completion all notify (runtime/README.md)."""
+        its ready tasks without collectives that send a message (`feeding`: a W, or the first
+        stage's empty I, feeds only this rank's later tasks and ranks below the pick, so it waits
+        for the round instead of delaying the agreed task); with none of those left to wait for,
+        it blocks on the round itself (one wake-up, not the round's callback and then the
+        dispatcher). After a disagreement a rank whose pick was the best gathered one picks again
+        at once; the others wait until something arrived or finished since their pick (nothing
+        else can change it). Other waits are on the inbox's condition, which arrivals, errors and
+        the round's completion all notify (runtime/README.md)."""
         inbox = self.transport.inbox
         while True:
             with inbox.cv:
                 self._check(inbox)
                 rnd = self._round
-                if rnd is None or not rnd.done():
-                    a = self._pick(pending, done, local) if rnd is None else None
+                if rnd is None:
+                    a = self._pick(pending, done, local)
                     if a is not None and a not in self.agreeing:
                         return a
                     if a is not None and self._changes(done) != self._deferred:
@@ -262,15 +267,23 @@ class Rank:
                     free = self._free(pending, done, local)
                     if free is not None:
                         return free
-                    t0 = time.perf_counter()
-                    inbox.cv.wait(timeout=self._poll_s if rnd is not None else 0.05)
-                    if rnd is not None:
-                        self._agree_s += time.perf_counter() - t0
+                    inbox.cv.wait(timeout=0.05)
                     continue
+                if not rnd.done():
+                    free = self._free(pending, done, local, feeding=True)
+                    if free is not None:
+                        return free
+                    if self.job.backend == "nccl" or any(a in self.feeding for a in pending):
+                        t0 = time.perf_counter()
+                        inbox.cv.wait(timeout=self._poll_s)
+                        self._agree_s += time.perf_counter() - t0
+                        continue
             t0 = time.perf_counter()
             picks = rnd.result()
             self._agree_s += time.perf_counter() - t0
             self._round = None
+            self.events.append({"it": self._it, "round": rnd.pick, "post": rnd.posted, "end": time.perf_counter(),
+                                "agreed": agreed(picks, rnd.pick)})
             if agreed(picks, rnd.pick):
                 self._agree_tasks += 1
                 self._deferred = None
@@ -284,8 +297,11 @@ class Rank:
             with inbox.cv:
                 inbox.cv.notify_all()
         t0 = time.perf_counter()
-        self._round = Round(self.rowpos[a], self.tp_group, self.comm_device,
-                            None if self.job.backend == "nccl" else wake, seen=self._changes(done))
+        # the round's callback wakes a rank waiting on its inbox; a rank with no feeding task blocks
+        # on the round itself and needs none (one less Python thread wanting the GIL per round)
+        callback = wake if self.job.backend != "nccl" and self.feeding else None
+        self._round = Round(self.rowpos[a], self.tp_group, self.comm_device, callback, seen=self._changes(done),
+                            posted=t0)
         self._agree_rounds += 1
         self._agree_s += time.perf_counter() - t0
 
@@ -294,10 +310,17 @@ class Rank:
         finished tasks."""
         return len(self.transport.inbox.arrivals) + len(done)
 
-    def _free(self, pending: list[Action], done: set[Action], local) -> Action | None:
-        """The best-ranked ready task that needs no agreement (None: none)."""
-        return next((a for a in pending if a not in self.agreeing and self._ready(a, done, local)
-                     and self._allowed(a)), None)
+    def _feeding(self) -> frozenset[Action]:
+        """The row's tasks that need no agreement and send a message (to another rank, or to a
+        stage of this one): what may run while a round is in flight. The others (W, the first
+        stage's empty I) feed only this rank's own later tasks, which rank below the pick."""
+        return frozenset(a for a in self.row if a not in self.agreeing and produced_message(self.table, a) is not None)
+
+    def _free(self, pending: list[Action], done: set[Action], local, feeding: bool = False) -> Action | None:
+        """The best-ranked ready task that needs no agreement (`feeding`: of those, one of
+        `self.feeding`; None: none)."""
+        return next((a for a in pending if a not in self.agreeing and (not feeding or a in self.feeding)
+                     and self._ready(a, done, local) and self._allowed(a)), None)
 
     def _check(self, inbox) -> None:
         if inbox.error is not None:
@@ -422,11 +445,12 @@ class Rank:
         self._live: dict[int, int] = {}
         self._adm_next, self._mem = 0, 0.0
         self._decisions: list[float] = []
+        self._it = it
         self._agree_s, self._agree_rounds, self._agree_tasks = 0.0, 0, 0
         self._deferred: int | None = None       # after a disagreement: the change count of this rank's pick
         self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
         dist.barrier()
-        begin = time.perf_counter()
+        begin, cpu = time.perf_counter(), time.process_time()
         pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
         for n in range(len(self.row)):
             self.control.report(self.rank, it, n, min(map(self.rowpos.__getitem__, pending)), waiting=True)
@@ -448,6 +472,7 @@ class Rank:
         self.transport.finish_sends()
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
+                            "cpu_s": time.process_time() - cpu,     # every thread of this rank
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
                             "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks})

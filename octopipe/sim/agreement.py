@@ -4,10 +4,12 @@ Under ready-first dispatch the TP ranks of a device must issue identical collect
 order, so before every task that runs TP collectives they all-gather one scalar (the task each
 would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
 one round, `agreement_seconds`, before each such task (`needs_agreement`, which
-`octopipe.runtime.worker` uses too): F of a stage whose layers run a TP collective in F, I or B
-of a stage whose layers run one in the backward (read off
-`octopipe.cost.collectives.tp_layer_collectives`), and W only where this runtime's W runs one
-(`weight_collective_stages`: the first stage, and QK-norm attention; Megatron's W runs none). Under ready-first a task is ready
+`octopipe.runtime.worker` uses too): F of a stage whose layers run a TP collective in F, I of
+a stage whose layers run one in the backward (read off
+`octopipe.cost.collectives.tp_layer_collectives`) except the first stage, whose I is empty in
+this runtime (its input has no gradient), W only where this runtime's W runs one
+(`weight_collective_stages`: the first stage, and QK-norm attention; Megatron's W runs none),
+and B (I and W in one pass) where either does. Under ready-first a task is ready
 only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
 Strict dispatch needs no agreement (every TP rank follows the same row), and `runtime.worker`
 agrees on nothing there, so strict durations carry no charge.
@@ -72,27 +74,37 @@ def weight_collective_stages(model: ModelSpec, partition: Partition | Sequence[t
 def needs_agreement(kind, fwd, bwd, wgt=False):
     """RRFP's rule, the one definition the simulator and `runtime.worker` share: whether a task of
     kind code `kind` (`octopipe.sim.hints.KIND_CODE`: F 0, I 1, W 2, B 3) is agreed on first,
-    on a stage whose tasks run TP collectives in F (`fwd`), I/B (`bwd`), W (`wgt`,
-    `weight_collective_stages`): exactly the tasks with collectives. Scalars or numpy arrays."""
+    on a stage whose tasks run TP collectives in F (`fwd`), I (`bwd`), W (`wgt`,
+    `weight_collective_stages`): exactly the tasks with collectives; B runs I and W in one pass,
+    so it has them where either has. Scalars or numpy arrays."""
     k = np.asarray(kind)
-    return np.where(k == 0, fwd, np.where((k == 1) | (k == 3), bwd, np.where(k == 2, wgt, False)))
+    return np.where(k == 0, fwd, np.where(k == 1, bwd, np.where(k == 2, wgt, np.where(k == 3, bwd | wgt, False))))
+
+
+def input_collective_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
+                            tp: int) -> np.ndarray:
+    """[S] bools: whether stage s's I runs a TP collective in this runtime: a stage with backward
+    collectives, except the first, whose input (token ids or pixels) has no gradient, so its I
+    computes nothing and its whole backward runs in W (`runtime.compute.RealCompute`)."""
+    _, bwd = collective_stages(model, partition, tp)
+    return bwd & (np.arange(len(bwd)) > 0)
 
 
 def agreement_stages(model: ModelSpec, partition: Partition | Sequence[tuple[int, int]],
                      tp: int) -> tuple[tuple[bool, bool, bool], ...]:
-    """Per stage: whether its F, I/B and W run TP collectives (what the agreement keys on)."""
-    fwd, bwd = collective_stages(model, partition, tp)
+    """Per stage: whether its F, I and W run TP collectives (what the agreement keys on)."""
+    fwd, _ = collective_stages(model, partition, tp)
+    inp = input_collective_stages(model, partition, tp)
     wgt = weight_collective_stages(model, partition, tp)
-    return tuple((bool(f), bool(b), bool(w)) for f, b, w in zip(fwd, bwd, wgt))
+    return tuple((bool(f), bool(b), bool(w)) for f, b, w in zip(fwd, inp, wgt))
 
 
 def collective_tasks(program: Program, model: ModelSpec,
                      partition: Partition | Sequence[tuple[int, int]], tp: int) -> np.ndarray:
     """[n_compute] bools: the compute nodes that run TP collectives (and so need an agreement)."""
-    fwd, bwd = collective_stages(model, partition, tp)
-    wgt = weight_collective_stages(model, partition, tp)
+    fwd, inp, wgt = (np.array(x, dtype=bool) for x in zip(*agreement_stages(model, partition, tp)))
     s = program.c_stage
-    return needs_agreement(program.c_kind, fwd[s], bwd[s], wgt[s]).astype(bool)
+    return needs_agreement(program.c_kind, fwd[s], inp[s], wgt[s]).astype(bool)
 
 
 def with_agreement(dur: Durations, tasks: np.ndarray, seconds: float) -> Durations:

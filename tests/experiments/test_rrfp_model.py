@@ -1,5 +1,7 @@
 """experiment=rrfp's models without processes: tp setups costed with their collectives, the
 agreement the simulator charges, the multimodal data model."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -36,8 +38,11 @@ def test_agreement_follows_rrfps_rule_strict_pays_nothing():
     assert rrfp.sim_time(s, strict, b1, (0, 0), agreement_s=a) == rrfp.sim_time(s, strict, b1, (0, 0))
     tasks = collective_tasks(bz[0].program, s.model, s.plans["zbh1"].partition, 2)
     kinds, stages = bz[0].program.c_kind, bz[0].program.c_stage
-    # tiny_hybrid: every F and I; W only on the first stage (no input gradient: its backward runs in W)
-    assert tasks[kinds != 2].all() and np.array_equal(tasks[kinds == 2], stages[kinds == 2] == 0)
+    # tiny_hybrid: every F; I and W by the first stage's split (no input gradient: its I is empty,
+    # its whole backward runs in W)
+    assert tasks[kinds == 0].all()
+    for k in (1, 2):
+        assert np.array_equal(tasks[kinds == k], (stages[kinds == k] == 0) == (k == 2))
     every = with_agreement(bz[1], np.ones_like(tasks), a)
     rule = rrfp.sim_time(s, rf, bz, (0, 0), agreement_s=a)
     assert rrfp.sim_time(s, rf, bz, (0, 0)) < rule < bz[0].run(every, policy=ReadyFirst("bfw", None)).makespan
@@ -79,3 +84,16 @@ def test_both_workloads_split_heavy_layers_by_one_rule():
         stages = np.array([t[lo:hi].sum() for lo, hi in s.plans["1f1b"].partition.ranges])
         assert stages.max() / stages.mean() < 1.25 < bound[0] / (work.sum() / n)
         assert rrfp.setup(ex, w, "real").model.n_layers == whole.n_layers
+
+
+def test_emulated_tp_setups_run_at_their_own_step_and_microbatches():
+    """`tp_scaled`: an emulated TP setup sleeps `tp_emulate_step_s` per mean stage F over
+    `tp_microbatches`, on the same partition; tp = 1 and real setups are left as they are."""
+    ex = replace(EX, tp_emulate_step_s=0.02, tp_microbatches=6)
+    s = rrfp.setup(ex, "language", "emulated", 2)
+    t = rrfp.tp_scaled(s, ex)
+    assert t.config.emulate_step_s == 0.02 and s.config.emulate_step_s == ex.emulate_step_s
+    assert {p.table.n_microbatches for p in t.plans.values()} == {6}
+    assert all(t.plans[k].partition == s.plans[k].partition for k in s.plans)
+    one = rrfp.setup(ex, "language", "emulated", 1)
+    assert rrfp.tp_scaled(one, ex) is one

@@ -126,7 +126,8 @@ def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs
     under jitter and send delays: every run finishes; both TP ranks of each pipeline rank run
     the tasks with TP collectives (F, I, B: no model, so every stage has them) in the same order
     (the agreement under ready_first, the row under strict); under ready_first exactly those are
-    agreed on, W never (RRFP's rule), and each round is timed."""
+    agreed on, W never (RRFP's rule), each round is timed and recorded, and no W starts while a
+    round is in flight."""
     for seed in range(2):
         table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
         costs = CostTable.uniform(4, f=1.0, i=1.0, w=1.0, out_bytes=1e3, kinds=("local-cpu",))
@@ -144,5 +145,11 @@ def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs
         if dispatch == "ready_first":
             assert all(e["agree_rounds"] >= e["agree_tasks"] > 0 and e["agree_us"] > 0 for e in rounds)
             assert [e["agree_tasks"] for e in rounds] == [len(a) for a in agreed]
+            for ev in res.events:   # each round is recorded; no W (it ranks below the pick) runs during one
+                held = [(e["post"], e["end"]) for e in ev if "round" in e]
+                assert len(held) == sum(e["agree_rounds"] for e in ev if "agree_rounds" in e)
+                assert sum(e["agreed"] for e in ev if "round" in e) == sum(e["agree_tasks"] for e in ev if "agree_tasks" in e)
+                ws = [e["start"] for e in ev if "action" in e and Action.parse(e["action"]).kind is ActionKind.W]
+                assert not any(p < w < q for w in ws for p, q in held)
         else:   # strict: the row fixes the order on every TP rank, nothing to agree on
             assert all(e["agree_rounds"] == 0 for e in rounds)

@@ -12,8 +12,8 @@ from octopipe.model.layer import LayerKind as K
 from octopipe.plan import Partition
 from octopipe.schedule.library import build_schedule
 from octopipe.sim import ReadyFirst, Simulator
-from octopipe.sim.agreement import (agreement_seconds, collective_stages, collective_tasks,
-                                    tp_agreement)
+from octopipe.sim.agreement import (agreement_seconds, agreement_stages, collective_stages, collective_tasks,
+                                    needs_agreement, tp_agreement)
 from octopipe.sim.durations import bind
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -78,7 +78,7 @@ def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     """Ready-first pays one round before each F and B of the chain (every stage runs TP
     collectives both ways: a round follows readiness); strict pays none; W of a split backward
     pays none except on the first stage, whose whole backward runs in W in this runtime (its input
-    has no gradient)."""
+    has no gradient), so there its I, which computes nothing, pays none."""
     m = model("llama3_8b")
     sim, part = chain(m, 2)
     a = agreement_seconds(2, NV)
@@ -90,8 +90,9 @@ def test_agreement_on_a_chain_costs_one_round_per_task_with_collectives():
     assert sim.run(dur, policy=ReadyFirst("bf")).makespan == pytest.approx(strict + n_tasks * a, rel=1e-12)
     zb = Simulator(build_schedule("zbh1", 4, 1))
     tasks = collective_tasks(zb.program, m, part, 2)
-    w = zb.program.c_kind == 2
-    assert np.array_equal(tasks[w], zb.program.c_stage[w] == 0) and tasks[~w].all()
+    w, first_i = zb.program.c_kind == 2, (zb.program.c_kind == 1) & (zb.program.c_stage == 0)
+    assert np.array_equal(tasks[w], zb.program.c_stage[w] == 0) and tasks[~w & ~first_i].all()
+    assert not tasks[first_i].any()     # the first stage's I is empty: its backward runs in W
 
 
 def test_patch_embedding_stage_agrees_on_nothing():
@@ -144,3 +145,14 @@ def test_profiled_costs_refuse_cost_tp():
     from octopipe.errors import ConfigError
     with pytest.raises(ConfigError, match=r"cost\.tp=2 with cost=profiled"):
         profiled_costs(ProfiledCost(tp=2), model("tiny_hybrid"), FOUR)
+
+
+def test_the_first_stage_agrees_on_w_and_b_not_on_its_empty_i():
+    """In this runtime the first stage's input has no gradient: its I computes nothing and its
+    whole backward, collectives included, runs in W (or in B, I and W in one pass)."""
+    m = model("tiny_hybrid")
+    stages = agreement_stages(m, [(0, 4), (4, m.n_layers)], 2)
+    assert stages[0] == (True, False, True) and stages[1][:2] == (True, True)
+    assert [bool(needs_agreement(k, *stages[0])) for k in range(4)] == [True, False, True, True]
+    assert [bool(needs_agreement(k, True, True, False)) for k in range(4)] == [True, True, False, True]
+    assert not needs_agreement(3, False, False, False)
