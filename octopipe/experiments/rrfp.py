@@ -262,10 +262,12 @@ def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations],
     return sim_run(s, config, base, seed, capped, agreement_s).makespan
 
 
-def agreement_task_s(res: ExecutionResult) -> float:
+def agreement_task_s(res: ExecutionResult, measured: range) -> float:
     """Seconds the dispatchers spent on agreement rounds per agreed task, over a run's ranks and
-    iterations (0 without TP): what the simulator charges before each task with collectives."""
-    ev = [e for rank in res.events for e in rank if e.get("agree_tasks")]
+    measured iterations (0 without TP): what the simulator charges before each task with
+    collectives. Warm-up iterations are left out, as from every other figure: their first rounds
+    also set up the TP groups' all-gather."""
+    ev = [e for rank in res.events for e in rank if e.get("agree_tasks") and e["it"] in measured]
     spent = sum(1e-6 * e["agree_us"] * e["agree_rounds"] for e in ev)
     return spent / sum(e["agree_tasks"] for e in ev) if ev else 0.0
 
@@ -277,7 +279,7 @@ def calibrate_agreement(s: Setup, ex: RrfpExperiment) -> float:
         return 0.0
     hint = (ex.real_hints if s.compute == "real" else ex.tp_hints)[0]
     job = s.job(schedule_of(hint), policy_config(level_config(s.config, ex, Level(0.0, False)), hint))
-    return agreement_task_s(execute(replace(job, seed=SEED + 1)))
+    return agreement_task_s(execute(replace(job, seed=SEED + 1)), range(ex.warmup, ex.warmup + ex.iterations))
 
 
 def ratio_stats(x: list[float]) -> tuple[float, float]:
@@ -336,7 +338,7 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
                 extra["simulated_mc_no_data_speedup"] = float(np.mean(nd))
             if s.tp > 1:
                 cost = agreement_cost(res.events, measured) or {}
-                extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res),
+                extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res, measured),
                           "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round"),
                           "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,

@@ -359,10 +359,12 @@ def _emitted_problems(st: TuneState) -> list[Problem]:
 
 def emitted_fill_drain(st: TuneState) -> FillDrain:
     """The fill/drain bound (with the memory bound) over every plan this run may emit: the
-    baselines' on the whole layers and the search's on its pieces, so the lesser of the two."""
+    baselines' on the whole layers and the search's on its pieces, so the lesser of the two.
+    Closed form only (`max_cells=0`): a report figure must stay cheap and the same at any load,
+    and the exact MILP's solves (up to a minute each) would dominate small runs."""
     out = []
     for pb in _emitted_problems(st):
-        fd = fill_drain(pb)
+        fd = fill_drain(pb, max_cells=0)
         mem = memory_bound(pb)
         out.append(fd if fd.bound_s >= mem else FillDrain(mem, "memory_bound", max(fd.partition_s, mem)))
     return min(out, key=lambda x: x.bound_s)
