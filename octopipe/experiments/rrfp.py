@@ -156,21 +156,20 @@ def layer_work(costs: CostTable) -> np.ndarray:
     return costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0]
 
 
+def stage_sums(work: np.ndarray, part: Partition) -> np.ndarray:
+    """Each stage's sum of `work` (per layer) under `part`."""
+    return np.array([work[lo:hi].sum() for lo, hi in part.ranges])
+
+
 def stage_max(work: np.ndarray, n: int) -> float:
     """The largest stage sum of `work`'s balanced partition on `n` stages."""
-    return max(float(work[lo:hi].sum()) for lo, hi in partition(work, n).ranges)
+    return float(stage_sums(work, Partition.balanced(work, n)).max())
 
 
 def stage_balance(s: Setup) -> float:
     """The largest stage's F + I + W over the mean stage's, in `s`'s partition."""
-    work = layer_work(s.costs)
-    st = [float(work[lo:hi].sum()) for lo, hi in s.plans["1f1b"].partition.ranges]
-    return max(st) / float(np.mean(st))
-
-
-def partition(work: np.ndarray, n: int) -> Partition:
-    """The stages: contiguous layers (pieces) minimizing the largest stage's F + I + W."""
-    return Partition.balanced(work, n)
+    st = stage_sums(layer_work(s.costs), s.plans["1f1b"].partition)
+    return float(st.max() / st.mean())
 
 
 def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup:
@@ -186,7 +185,7 @@ def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup
         return analytic_costs(cost, m, local_cluster(n, LINK))
     model = split_layers(whole, costs_of, n, ex.shard_share)
     costs = costs_of(model)
-    part = partition(layer_work(costs), n)
+    part = Partition.balanced(layer_work(costs), n)
     plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}
     mm = workload == "multimodal"
     config = RuntimeConfig(

@@ -9,16 +9,13 @@ import numpy as np
 import pytest
 
 from octopipe.cost.table import CostTable
-from octopipe.errors import InfeasibleError
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, layer_bound, lower_bound
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
-from octopipe.tune.evaluate import evaluate
 from octopipe.tune.fill_drain import (Terms, contiguous_bound, exact, fill_drain, fill_drain_bound, fitted_partition,
                                       greedy_partition, improve, relaxed)
-from octopipe.tune.freeze import to_plan
 
-from .helpers import free_cluster
+from .helpers import free_cluster, simulated_makespans
 from .test_brute_force import _compositions
 
 
@@ -39,20 +36,9 @@ def _plans(problem, policies):
 
 
 def _best_simulated(pb, policies):
-    best, n = math.inf, 0
-    for cand in _plans(pb, policies):
-        est = pb.estimate(cand)
-        if not est.complete:
-            continue
-        try:
-            ev = evaluate(pb, "x", "octopipe", to_plan(pb, cand, est))
-        except InfeasibleError:
-            continue
-        if ev.feasible:
-            n += 1
-            best = min(best, ev.makespan_s)
-    assert n > 0
-    return best
+    got = [ms for _, ms in simulated_makespans(pb, _plans(pb, policies))]
+    assert got
+    return min(got)
 
 
 ALL = list(itertools.product((True, False), (1.0, 2.0, math.inf), KIND_RANKS))
