@@ -35,6 +35,10 @@ class TunerConfig:
     max_chunks: int = setting(8, "largest stages-per-device count among the loop/V starting "
                                  "points", ge=1)
     finalists: int = setting(6, "distinct best candidates fully simulated at the end", ge=1)
+    link_contention: bool = setting(
+        True, "the search's estimator lets each directed device pair carry one transfer at a "
+              "time, in the order their producers end (as the simulator's links); false: "
+              "transfers are pure delays")
     smt_max_actions: int = setting(
         32768, "SMT deadlock proof up to this many actions; larger: simulator detection (about "
                "0.1 ms per action)", ge=1)

@@ -98,10 +98,12 @@ class Problem:
     kind_col: np.ndarray              # [D] CostTable column of each device
     semantics: str = "eager"
     act_budget: np.ndarray | None = None   # [D] activation bytes a plan may hold (tuner.memory_budget)
+    contention: bool = False  # the estimator's links carry one transfer at a time (tuner.link_contention)
 
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
-              semantics: str = "eager", act_budget: np.ndarray | None = None) -> "Problem":
+              semantics: str = "eager", act_budget: np.ndarray | None = None,
+              contention: bool = False) -> "Problem":
         if n_devices < 1:
             raise ConfigError(f"pp={n_devices}: a pipeline needs at least one device")
         if n_microbatches < 1:
@@ -115,7 +117,7 @@ class Problem:
         budget = None if act_budget is None else np.broadcast_to(
             np.asarray(act_budget, dtype=np.float64), (n_devices,)).copy()
         return cls(costs, cl, int(n_microbatches), mem, np.array(cols, dtype=np.int64), semantics,
-                   budget)
+                   budget, bool(contention))
 
     def over_memory(self, peak_memory: np.ndarray, peak_activation: np.ndarray) -> list[str]:
         """Why a simulated plan does not fit, one phrase per device over its capacity or its
@@ -201,7 +203,7 @@ class Problem:
             np.minimum(cap, self.act_budget, out=cap)
         buf.setflags(write=False)
         dev.setflags(write=False)
-        arr = StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, D)
+        arr = StageArrays(dev, dur, comm_f, comm_b, act, free_i, cap, D, self.contention)
         base = buf.__array_interface__["data"][0]
         object.__setattr__(arr, "_ptrs", ([dev.__array_interface__["data"][0], base,
                                            *(base + 8 * S * j for j in (3, 4, 5, 6, 7))], (dev, buf)))

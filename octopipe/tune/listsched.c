@@ -4,8 +4,11 @@
  * full backward when split_backward == 0), 2 weight gradient; id = (s * 3 + k) * M + m. Each (stage,
  * kind) queue runs its micro-batches in increasing order. Data edges: F(s,m) after F(s-1,m)
  * plus a transfer delay; I(s,m) after F(s,m) and I(s+1,m) plus a delay; W(s,m) after I(s,m).
- * Transfers are pure delays (no link contention): this is the cheap model the tuner ranks
- * thousands of candidates with before the full simulator checks the best few.
+ * Transfers are delays; with `contention`, each directed device pair is one link that carries
+ * one transfer at a time, in the order their producers end (as the simulator's eager links do:
+ * the producers of one link share its source device, so their start order is that order), else
+ * pure delays. This is the cheap model the tuner ranks thousands of candidates with before the
+ * full simulator checks the best few.
  *
  * An idle device starts, among the actions whose inputs are ready earliest, the best-ranked
  * one: kind rank first (kind_rank[k], lower first; W jumps ahead when the device's activation
@@ -32,29 +35,38 @@ typedef struct {
     int valid;
 } Choice;
 
+/* arr_f[s * M + m]: when F(s, m)'s activations reach stage s + 1; arr_b[s * M + m]: when
+ * I(s, m)'s gradient reaches stage s - 1 (-1 until the producer is scheduled). */
 static double pred_ready(int s, int k, int m, int S, int M, const double *end,
-                         const double *comm_f, const double *comm_b) {
+                         const double *arr_f, const double *arr_b) {
     double r = 0.0, e;
     if (k == 0) {
         if (s == 0) return 0.0;
-        e = end[((s - 1) * 3 + 0) * M + m];
-        if (e < 0) return -1.0;
-        return e + comm_f[s - 1];
+        return arr_f[(s - 1) * M + m];
     }
     if (k == 1) {
         e = end[(s * 3 + 0) * M + m];
         if (e < 0) return -1.0;
         r = e;
         if (s + 1 < S) {
-            e = end[((s + 1) * 3 + 1) * M + m];
+            e = arr_b[(s + 1) * M + m];
             if (e < 0) return -1.0;
-            e += comm_b[s + 1];
             if (e > r) r = e;
         }
         return r;
     }
     e = end[(s * 3 + 1) * M + m];
     return e;
+}
+
+/* When a transfer of `c` seconds from device a to b, produced at t, arrives: t + c, or with
+ * `link_free` (per directed pair) after the link's earlier transfers. */
+static double arrival(double t, double c, int a, int b, int D, double *link_free) {
+    if (link_free == NULL || a == b) return t + c;
+    double *lf = &link_free[(size_t)a * D + b];
+    double s = *lf > t ? *lf : t;
+    *lf = s + c;
+    return s + c;
 }
 
 /* Lexicographic priority key; smaller runs first. */
@@ -78,7 +90,7 @@ static int key_less(const long a[3], const long b[3]) {
 
 static void best_of_device(int d, int S, int M, int split_backward, const int *dstage, int ndst,
                            const int *nxt, const double *end, const double *free_t,
-                           const double *dur, const double *comm_f, const double *comm_b,
+                           const double *dur, const double *arr_f, const double *arr_b,
                            const double *act, const double *mem, const double *cap,
                            const int *inflight, const int *limit, const int *kind_rank,
                            int f_tiebreak, int b_tiebreak, double w_pressure, Choice *out) {
@@ -93,7 +105,7 @@ static void best_of_device(int d, int S, int M, int split_backward, const int *d
         for (int k = 0; k < nk; k++) {
             int m = nxt[s * 3 + k];
             if (m >= M) continue;
-            double r = pred_ready(s, k, m, S, M, end, comm_f, comm_b);
+            double r = pred_ready(s, k, m, S, M, end, arr_f, arr_b);
             if (r < 0) continue;
             if (k == 0) {
                 if (limit[s] > 0 && inflight[s] >= limit[s]) continue;
@@ -122,7 +134,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
                        const double *comm_f, const double *comm_b, const double *act,
                        const double *free_i, const double *cap, const int *limit,
                        const int *kind_rank, int f_tiebreak, int b_tiebreak, double w_pressure,
-                       double bound, double *start, int *order, double *peak,
+                       int contention, double bound, double *start, int *order, double *peak,
                        double *out_makespan) {
     int total = S * M * (split_backward ? 3 : 2);
     int n = S * 3 * M;
@@ -136,10 +148,14 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     int *dirty = (int *)malloc(sizeof(int) * D);
     Choice *cache = (Choice *)malloc(sizeof(Choice) * D);
     double *rem = (double *)calloc(D, sizeof(double));
+    double *arr_f = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
+    double *arr_b = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
+    double *link_free = contention ? (double *)calloc((size_t)D * D, sizeof(double)) : NULL;
     double makespan = 0.0;
     int done = 0, nk = split_backward ? 3 : 2, cut = 0;
 
     for (int x = 0; x < n; x++) end[x] = -1.0;
+    for (int x = 0; x < S * M; x++) { arr_f[x] = -1.0; arr_b[x] = -1.0; }
     if (start) for (int x = 0; x < n; x++) start[x] = -1.0;
     if (isfinite(bound))
         for (int s = 0; s < S; s++)
@@ -158,7 +174,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         for (int d = 0; d < D; d++) {
             if (dirty[d]) {
                 best_of_device(d, S, M, split_backward, dstage + dstart[d], dstart[d + 1] - dstart[d], nxt,
-                               end, free_t, dur, comm_f, comm_b, act, mem, cap, inflight, limit,
+                               end, free_t, dur, arr_f, arr_b, act, mem, cap, inflight, limit,
                                kind_rank, f_tiebreak, b_tiebreak, w_pressure, &cache[d]);
                 dirty[d] = 0;
             }
@@ -176,6 +192,10 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         nxt[sk]++;
         free_t[bd] = t1;
         if (t1 > makespan) makespan = t1;
+        if (k == 0 && s + 1 < S)
+            arr_f[s * M + m] = arrival(t1, comm_f[s], dev[s], dev[s + 1], D, link_free);
+        else if (k == 1 && s > 0)
+            arr_b[s * M + m] = arrival(t1, comm_b[s], dev[s], dev[s - 1], D, link_free);
         if (k == 0) {
             inflight[s]++;
             mem[bd] += act[s];
@@ -201,5 +221,6 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     *out_makespan = makespan;
     free(end); free(free_t); free(mem); free(nxt); free(inflight);
     free(dstart); free(dstage); free(dirty); free(cache); free(rem);
+    free(arr_f); free(arr_b); free(link_free);
     return cut ? -1 : done;
 }

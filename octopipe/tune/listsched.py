@@ -1,4 +1,5 @@
-"""The tuner's cheap estimator: a list scheduler with delays but no link contention.
+"""The tuner's cheap estimator: a list scheduler with transfer delays (and, optionally, links
+that carry one transfer at a time, as the simulator's do).
 
 `list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
 cached), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
@@ -37,6 +38,7 @@ class StageArrays:
     free_i: np.ndarray     # [S] bytes freed by I (the rest is freed by W)
     cap: np.ndarray        # [D] activation capacity per device (bytes; -1 = unbounded)
     n_devices: int
+    contention: bool = False   # each directed device pair carries one transfer at a time
 
     @property
     def n_stages(self) -> int:
@@ -97,8 +99,8 @@ def _compile() -> "ctypes.CDLL | None":
     # and keeps them alive): ndpointer's per-argument checks cost more than the schedule
     ip = dp = ctypes.c_void_p
     f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ip, dp, dp, dp, dp, dp,
-                  dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_double, dp, ip,
-                  dp, ctypes.POINTER(ctypes.c_double)]
+                  dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int,
+                  ctypes.c_double, dp, ip, dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
     return lib
 
@@ -152,7 +154,7 @@ def list_schedule(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
            kind_rank.__array_interface__["data"][0]]
     done = lib.octo_list_schedule(
         S, M, D, int(split_backward), *ptr, int(policy.f_tiebreak), int(policy.b_tiebreak),
-        float(policy.w_pressure), math.inf, start.__array_interface__["data"][0],
+        float(policy.w_pressure), int(arr.contention), math.inf, start.__array_interface__["data"][0],
         order.__array_interface__["data"][0], peak.__array_interface__["data"][0], ctypes.byref(ms))
     total = S * M * (3 if split_backward else 2)
     return ListResult(ms.value if done == total else math.inf, start.reshape(S, 3, M),
@@ -179,7 +181,7 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
         S, M, arr.n_devices, int(policy.split_backward), *_stage_pointers(arr),
         limits.__array_interface__["data"][0], kind_rank.__array_interface__["data"][0],
         int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure),
-        float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf,
+        int(arr.contention), float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf,
         None, None, peak.__array_interface__["data"][0], ctypes.byref(ms))
     if done < 0:
         return math.nan
@@ -198,6 +200,16 @@ def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.n
     lim = limits.tolist()
     end = np.full((S, 3, M), -1.0)
     start = np.full((S, 3, M), -1.0)
+    arr_f = np.full((S, M), -1.0)       # when F(s, m)'s activations reach stage s + 1
+    arr_b = np.full((S, M), -1.0)       # when I(s, m)'s gradient reaches stage s - 1
+    link_free: dict[tuple[int, int], float] | None = {} if arr.contention else None
+
+    def arrival(t: float, c: float, a: int, b: int) -> float:
+        if link_free is None or a == b:
+            return t + c
+        s0 = max(link_free.get((a, b), 0.0), t)
+        link_free[(a, b)] = s0 + c
+        return s0 + c
     nxt = [[0, 0, 0] for _ in range(S)]
     inflight = [0] * S
     free_t = [0.0] * D
@@ -211,20 +223,17 @@ def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.n
 
     def ready(s: int, k: int, m: int) -> float:
         if k == 0:
-            if s == 0:
-                return 0.0
-            e = end[s - 1, 0, m]
-            return -1.0 if e < 0 else e + comm_f[s - 1]
+            return 0.0 if s == 0 else arr_f[s - 1, m]
         if k == 1:
             e = end[s, 0, m]
             if e < 0:
                 return -1.0
             r = e
             if s + 1 < S:
-                e2 = end[s + 1, 1, m]
+                e2 = arr_b[s + 1, m]
                 if e2 < 0:
                     return -1.0
-                r = max(r, e2 + comm_b[s + 1])
+                r = max(r, e2)
             return r
         return end[s, 1, m]
 
@@ -274,6 +283,10 @@ def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.n
         nxt[s][k] += 1
         free_t[bd] = t1
         makespan = max(makespan, t1)
+        if k == 0 and s + 1 < S:
+            arr_f[s, m] = arrival(t1, comm_f[s], dev[s], dev[s + 1])
+        elif k == 1 and s > 0:
+            arr_b[s, m] = arrival(t1, comm_b[s], dev[s], dev[s - 1])
         if k == 0:
             inflight[s] += 1
             mem[bd] += act[s]

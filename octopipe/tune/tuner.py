@@ -162,10 +162,11 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     """
     t0 = time.perf_counter()
     o = options
-    whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics)
+    links = o.tuner.link_contention
+    whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics, None, links)
     if o.tuner.memory_budget is not None:
         whole = Problem.build(costs, cluster, n_devices, n_microbatches, o.semantics,
-                              activation_budget(whole, o.tuner.memory_budget))
+                              activation_budget(whole, o.tuner.memory_budget), links)
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
     st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
@@ -499,7 +500,7 @@ def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Probl
     if not counts:
         return whole
     return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
-                         whole.n_microbatches, whole.semantics, whole.act_budget)
+                         whole.n_microbatches, whole.semantics, whole.act_budget, whole.contention)
 
 
 def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
