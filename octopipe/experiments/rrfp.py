@@ -17,8 +17,13 @@ the vision encoder sits on the first stages, as the balanced partition puts it.
 Per point (workload, compute, CV, straggler, hint):
 
 - measured: the runtime's iterations, paired with strict's on the same draws (every launch
-  draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration, mean and
-  standard deviation (`measured_speedup`, `measured_spread`);
+  draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration. Emulated:
+  one launch each, mean and standard deviation over the iterations (`measured_speedup`,
+  `measured_spread`). Real compute: a launch's speed on these shared cores moves by up to a
+  third from one launch to the next, more than the effect, so strict and each hint are launched
+  alternately for `real_rounds` rounds (`alternate`, reversed every other round), each round's
+  mean paired ratio is one sample, and the point is their median with half their interquartile
+  range as the spread (`paired_speedup`; `rounds`, `measured_round_speedups`);
 - simulated: the simulator on the same draws (`simulated_speedup`, the prediction of the
   measured run) and over `monte_carlo` further seeds (`simulated_mc_speedup`, `_spread`), and
   with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
@@ -43,7 +48,10 @@ Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`; the TP run
 `tp_emulate_step_s` over `tp_microbatches`, `tp_scaled`) on 8 ranks, and the simulator times
 exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
-simulator takes each stage's F/B/I/W times from strict runs at CV 0.
+simulator takes each stage's F/B/I/W times from two calibration launches at CV 0 (strict 1F1B
+for F and B, strict ZB-H1 for I and W), separate from the measured rounds, so no prediction is
+fitted to the launches it predicts; a launch's speed state scales all of its stage times
+together and so largely cancels in a simulated ratio.
 """
 from __future__ import annotations
 
@@ -117,7 +125,7 @@ def quick(ex: RrfpExperiment) -> RrfpExperiment:
     return replace(ex, jitter_cvs=(0.0, 0.5), real_jitter_cvs=(0.5,), straggler_prob=0.0, hints=("bfw",),
                    real_hints=("bfw",), tp_jitter_cvs=(0.5,), tp_microbatches=4, tp_emulate_step_s=ex.emulate_step_s,
                    emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
-                   iterations=1, warmup=0, monte_carlo=3)
+                   iterations=1, warmup=0, monte_carlo=3, real_rounds=min(ex.real_rounds, 2))
 
 
 def levels(ex: RrfpExperiment, compute: str = "emulated", tp: int = 1) -> list[Level]:
@@ -297,9 +305,65 @@ def tp_scaled(s: Setup, ex: RrfpExperiment) -> Setup:
     return replace(s, plans=plans, config=replace(s.config, emulate_step_s=ex.tp_emulate_step_s))
 
 
-def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
-    """Every point of one setup: the runs, their simulation, the dispatch costs seen (an
-    emulated TP setup runs `tp_scaled`)."""
+def launch_order(keys: tuple, r: int) -> tuple:
+    """Round `r`'s launch order: `keys` forward in even rounds, reversed in odd ones (ABBA), so a
+    drift in machine speed over the rounds biases alternate rounds in opposite directions."""
+    return keys if r % 2 == 0 else keys[::-1]
+
+
+def alternate(jobs: dict, rounds: int, launch: Callable[[Job], ExecutionResult] = execute) -> dict[object, list]:
+    """Each of `jobs` launched once per round, `rounds` rounds (`launch_order`): each key's
+    results, one per round."""
+    out: dict[object, list] = {k: [] for k in jobs}
+    for r in range(rounds):
+        for k in launch_order(tuple(jobs), r):
+            out[k].append(launch(jobs[k]))
+    return out
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A measured speedup: value, spread, what the spread is over, each round's paired ratio."""
+
+    speedup: float
+    spread: float
+    spread_of: str
+    rounds: tuple[float, ...]
+
+
+def paired_speedup(strict: list[list[float]], ready: list[list[float]], measured: range) -> Paired:
+    """strict / ready-first per measured iteration, the same draws in every launch, round by
+    round (`strict[r]`, `ready[r]`: round r's iteration seconds). One round: the mean and the
+    standard deviation over the iterations. Several: each round's mean ratio, then the median
+    over the rounds, and half the interquartile range across rounds as the spread (the median's
+    robust partner), so the spread holds the launch-to-launch noise a single launch cannot show."""
+    per = [[s[it] / f[it] for it in measured] for s, f in zip(strict, ready, strict=True)]
+    means = tuple(float(np.mean(x)) for x in per)
+    if len(per) == 1:
+        m, sd = ratio_stats(per[0])
+        return Paired(m, sd, "iterations (standard deviation)", means)
+    q1, q3 = np.percentile(means, [25, 75])
+    return Paired(float(np.median(means)), float(q3 - q1) / 2, "rounds (half the interquartile range)", means)
+
+
+def tp_extras(s: Setup, results: list[ExecutionResult], measured: range, ag: float) -> dict:
+    """A tp point's agreement figures: the calibrated time, and the predicted runs' own (mean
+    over the rounds' ready-first launches)."""
+    costs = [agreement_cost(r.events, measured) or {} for r in results]
+
+    def mean(key: str) -> float | None:
+        got = [c[key] for c in costs if c.get(key) is not None]
+        return float(np.mean(got)) if got else None
+    return {"agreement_s": ag, "ready_first_agreement_s": float(np.mean([agreement_task_s(r, measured) for r in results])),
+            "rounds_per_task": mean("rounds_per_task"), "us_per_round": mean("us_per_round"),
+            "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
+
+
+def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], list[float]]:
+    """Every point of one setup: the runs, their simulation, the dispatch and agreement costs seen
+    (an emulated TP setup runs `tp_scaled`). Emulated: strict then each hint, one launch each. Real
+    compute: `ex.real_rounds` rounds of strict and each hint launched alternately (`alternate`):
+    a launch's speed on shared cores moves more than the effect measured."""
     s = tp_scaled(s, ex)
     measured = range(ex.warmup, ex.warmup + ex.iterations)
     times = None
@@ -308,27 +372,31 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
         times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
     ag = calibrate_agreement(s, ex)
+    hints = ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints
+    rounds = ex.real_rounds if s.compute == "real" else 1
     points, dispatch_us, agree_us = [], [], []
     for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
-        strict = execute(s.job("1f1b", strict_cfg)).iteration_s
+        jobs = {None: s.job("1f1b", strict_cfg)} | {h: s.job(schedule_of(h), policy_config(cfg, h)) for h in hints}
+        runs = alternate(jobs, rounds)
+        strict = [r.iteration_s for r in runs[None]]
         sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
         mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
-        for hint in (ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints):
+        for hint in hints:
             rf_cfg = policy_config(cfg, hint)
-            res = execute(s.job(schedule_of(hint), rf_cfg))
-            dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
-            agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
-            meas = [strict[it] / res.iteration_s[it] for it in measured]
+            for res in runs[hint]:
+                dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
+                agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
+            meas = paired_speedup(strict, [r.iteration_s for r in runs[hint]], measured)
             base = bases[schedule_of(hint)]
             same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it), agreement_s=ag) for it in measured]
             mc = [a / sim_time(s, rf_cfg, base, sd, agreement_s=ag) for a, sd in zip(mc_strict, mc_seeds)]
             capped = [a / sim_time(s, rf_cfg, base, sd, True, ag) for a, sd in zip(mc_strict, mc_seeds)]
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
-            (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
+            mc_mean, mc_sd = ratio_stats(mc)
             extra = {"stage_balance": stage_balance(s)}
             if s.config.images_max > 1 and s.compute == "emulated":
                 plain = replace(cfg, seq_len_cv=0.0, images_max=0)
@@ -336,13 +404,12 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
                       / sim_time(s, policy_config(plain, hint), base, sd) for sd in mc_seeds]
                 extra["simulated_mc_no_data_speedup"] = float(np.mean(nd))
             if s.tp > 1:
-                cost = agreement_cost(res.events, measured) or {}
-                extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res, measured),
-                          "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round"),
-                          "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
+                extra |= tp_extras(s, runs[hint], measured, ag)
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
-                           "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
-                           "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
+                           "straggler": level.straggler, "hint": hint, "measured_speedup": meas.speedup,
+                           "measured_spread": meas.spread, "measured_spread_of": meas.spread_of,
+                           "rounds": rounds, "measured_round_speedups": list(meas.rounds),
+                           "simulated_speedup": float(np.mean(same)),
                            "simulated_mc_speedup": mc_mean, "simulated_mc_spread": mc_sd,
                            "simulated_capped_speedup": float(np.mean(capped)), "memory_ratio": float(mem),
                            "ranks": s.plans["1f1b"].table.n_devices,
@@ -528,8 +595,13 @@ def run(inputs: Inputs) -> Result:
     report_md = "\n".join([
         "# experiment=rrfp: ready-first versus strict 1F1B under variability", "",
         "Speedup = strict 1F1B iteration / ready-first iteration, per measured iteration on the same "
-        "draws (mean, and standard deviation as the spread). `simulated` = the simulator on those same "
-        "draws; `simulated MC` = over further seeds. table and bf rank 1F1B's row, bfw ZB-H1's.", "",
+        "draws. Emulated points: one launch each, the mean over the iterations with their standard "
+        f"deviation as the spread. Real-compute points: {ex.real_rounds} rounds of launches, strict and each "
+        "hint alternately (the order reversed every other round); each round's mean paired ratio is one sample, "
+        "the point is the median over the rounds and its spread half their interquartile range, so the spread "
+        "holds the launch-to-launch noise of these shared cores (a launch's speed moves by up to a third). "
+        "`simulated` = the simulator on those same draws; `simulated MC` = over further seeds. table and bf "
+        "rank 1F1B's row, bfw ZB-H1's.", "",
         "## Does the paper's pattern hold?", "", *lines, "",
         f"Largest |measured - simulated| / simulated speedup, emulated compute: "
         f"{fmt(summary['max_sim_vs_measured_speedup_error'], '.3f')}; real compute: "
