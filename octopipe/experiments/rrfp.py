@@ -552,11 +552,12 @@ def real_findings(real: list[dict]) -> list[str]:
     out.append(f"  - the simulator, on stage times from strict calibration launches (and at tp > 1 the calibrated "
                f"agreement), predicts the best hint below strict at {sim_lt}/{len(best)} of these points")
     for hint in sorted({p["hint"] for p in real}):
-        r = [p["measured_cpu_ratio"] for p in real if p["hint"] == hint and "measured_cpu_ratio" in p]
-        if r:
-            out.append(f"  - {hint}: CPU per rank-iteration over strict's (median over rounds) {min(r):.2f}-{max(r):.2f}x; "
-                       f"with more processes than cores that CPU is wall time, which the simulator (one device per "
-                       f"rank, busy only while a task runs) does not see")
+        by = {w: [p["measured_cpu_ratio"] for p in real if (p["hint"], p["workload"]) == (hint, w)]
+              for w in sorted({p["workload"] for p in real})}
+        out.append(f"  - {hint}: ready-first's CPU per rank-iteration over strict's (median over rounds) "
+                   + ", ".join(f"{w} {min(r):.2f}-{max(r):.2f}x" for w, r in by.items() if r)
+                   + "; on these shared cores (other processes, and 4 ranks on 2 cores at tp = 2) CPU becomes "
+                     "wall time, which the simulator (one device per rank, busy only while a task runs) does not see")
     return out
 
 
