@@ -49,9 +49,10 @@ Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`; the TP run
 exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
 simulator takes each stage's F/B/I/W times from two calibration launches at CV 0 (strict 1F1B
-for F and B, strict ZB-H1 for I and W), separate from the measured rounds, so no prediction is
-fitted to the launches it predicts; a launch's speed state scales all of its stage times
-together and so largely cancels in a simulated ratio.
+for F and B, strict ZB-H1 for I and W, scaled per stage by the launches' F ratio:
+`calibration_times`), separate from the measured rounds, so no prediction is fitted to the
+launches it predicts; a launch's speed state scales all of its stage times together and so
+cancels in a simulated ratio.
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ from octopipe.sim.durations import Durations, bind
 from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.sharding import model_sharder
-from octopipe.schedule.action import Action
+from octopipe.schedule.action import Action, ActionKind
 
 LINK = Link("loopback", 5e8, 1e-4)
 SEED = 0
@@ -230,6 +231,16 @@ def measured_stage_times(res: ExecutionResult, measured: range) -> dict[tuple[in
                 a = Action.parse(e["action"])
                 acc.setdefault((a.stage, KIND_CODE[a.kind]), []).append(e["end"] - e["start"])
     return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def calibration_times(one: dict[tuple[int, int], float], zb: dict[tuple[int, int], float]) -> dict:
+    """The stage times the simulator takes for real compute: F and B from the strict 1F1B launch,
+    I and W from the strict ZB-H1 launch scaled per stage by the two launches' F ratio. Both
+    launches run the same F, so that ratio is the launch-to-launch speed change (up to 2x here),
+    which would otherwise pass into I and W against F and B; what is left is the split
+    backward's own cost."""
+    f = KIND_CODE[ActionKind.F]
+    return {**{(st, k): v * one[(st, f)] / zb[(st, f)] for (st, k), v in zb.items()}, **one}
 
 
 def base_durations(s: Setup, schedule: str, times: dict | None) -> tuple[Simulator, Durations]:
@@ -382,7 +393,7 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
     times = None
     if s.compute == "real":
         cal = [execute(s.job(sch, policy_config(s.config, None))) for sch in ("1f1b", "zbh1")]
-        times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
+        times = calibration_times(measured_stage_times(cal[0], measured), measured_stage_times(cal[1], measured))
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
     ag = calibrate_agreement(s, ex)
     hints = ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints

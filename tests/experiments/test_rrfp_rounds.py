@@ -42,3 +42,14 @@ def test_one_round_keeps_the_per_iteration_mean_and_deviation():
     assert p.rounds == (pytest.approx(np.mean(ratios)),) and "deviation" in p.spread_of
     with pytest.raises(ValueError):
         rrfp.paired_speedup([[1.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]], range(2))
+
+
+def test_calibration_takes_i_and_w_at_the_1f1b_launchs_speed():
+    """F and B come from the 1F1B launch; the ZB-H1 launch's I and W are scaled per stage by the
+    F ratio of the two launches (the same F ran in both), so a slower ZB-H1 launch leaves them
+    as they are against F and B."""
+    one = {(0, 0): 2.0, (0, 3): 5.0, (1, 0): 3.0, (1, 3): 6.0}
+    zb = {(0, 0): 4.0, (0, 1): 2.0, (0, 2): 4.0, (1, 0): 3.0, (1, 1): 4.0, (1, 2): 3.0}
+    t = rrfp.calibration_times(one, zb)
+    assert t == {(0, 0): 2.0, (0, 3): 5.0, (0, 1): 1.0, (0, 2): 2.0, (1, 0): 3.0, (1, 3): 6.0, (1, 1): 4.0,
+                 (1, 2): 3.0}
