@@ -562,6 +562,12 @@ def real_findings(real: list[dict]) -> list[str]:
     sim_lt = sum(p["simulated_speedup"] < 1.0 for p in best.values())
     out.append(f"  - the simulator, on stage times from strict calibration launches (and at tp > 1 the calibrated "
                f"agreement), predicts the best hint below strict at {sim_lt}/{len(best)} of these points")
+    follows = [p["measured_speedup"] * p["measured_cpu_ratio"] for p in real if "measured_cpu_ratio" in p]
+    if len(follows) > 1:
+        q1, q3 = np.percentile(follows, [25, 75])
+        out.append(f"  - measured speedup x ready-first's CPU per rank-iteration over strict's: median "
+                   f"{np.median(follows):.2f} (interquartile {q1:.2f}-{q3:.2f}) over {len(follows)} points; near 1, "
+                   f"the wall speedup is strict's CPU over ready-first's")
     for hint in sorted({p["hint"] for p in real}):
         by = {w: [p["measured_cpu_ratio"] for p in real if (p["hint"], p["workload"]) == (hint, w)]
               for w in sorted({p["workload"] for p in real})}
