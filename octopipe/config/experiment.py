@@ -228,6 +228,9 @@ class RrfpExperiment(ExperimentConfig):
                                                              "straggler case)", ge=0, le=3)
     real_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bf", "bfw"),
                                                                     "real compute: hints")
+    real_rounds: int = setting(3, "real compute: rounds of launches, strict and each hint alternately (reversed "
+                                  "every other round); a point is the median over the rounds of each round's "
+                                  "paired ratio, its spread half the interquartile range across rounds", ge=1)
     tp: int = setting(2, "emulated runs with this many TP ranks per pipeline rank (emulated_ranks "
                          "/ tp pipeline ranks; 1: none)", ge=1, le=8)
     tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)
@@ -241,7 +244,8 @@ class RrfpExperiment(ExperimentConfig):
     tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "
                                    "layer, and the cost of one agreement (2 gloo ranks)")
     quick: bool = setting(False, "a small grid for tests: CV 0 and 0.5, the bfw hint, at most 4 "
-                                 "emulated ranks, 4 micro-batches, one iteration, 3 seeds")
+                                 "emulated ranks, 4 micro-batches, one iteration, 3 seeds, at most 2 "
+                                 "real rounds")
 
 
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {

@@ -17,8 +17,13 @@ the vision encoder sits on the first stages, as the balanced partition puts it.
 Per point (workload, compute, CV, straggler, hint):
 
 - measured: the runtime's iterations, paired with strict's on the same draws (every launch
-  draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration, mean and
-  standard deviation (`measured_speedup`, `measured_spread`);
+  draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration. Emulated:
+  one launch each, mean and standard deviation over the iterations (`measured_speedup`,
+  `measured_spread`). Real compute: a launch's speed on these shared cores moves by up to a
+  third from one launch to the next, more than the effect, so strict and each hint are launched
+  alternately for `real_rounds` rounds (`alternate`, reversed every other round), each round's
+  mean paired ratio is one sample, and the point is their median with half their interquartile
+  range as the spread (`paired_speedup`; `rounds`, `measured_round_speedups`);
 - simulated: the simulator on the same draws (`simulated_speedup`, the prediction of the
   measured run) and over `monte_carlo` further seeds (`simulated_mc_speedup`, `_spread`), and
   with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
@@ -43,7 +48,11 @@ Emulated compute sleeps the analytic costs (scaled, `emulate_step_s`; the TP run
 `tp_emulate_step_s` over `tp_microbatches`, `tp_scaled`) on 8 ranks, and the simulator times
 exactly those; real compute runs the layers on 2 ranks (extra work for factors
 above 1), and with `tp` > 1 on 2 x tp ranks with each stage split by the TP layers, and the
-simulator takes each stage's F/B/I/W times from strict runs at CV 0.
+simulator takes each stage's F/B/I/W times from two calibration launches at CV 0 (strict 1F1B
+for F and B, strict ZB-H1 for I and W, scaled per stage by the launches' F ratio:
+`calibration_times`), separate from the measured rounds, so no prediction is fitted to the
+launches it predicts; a launch's speed state scales all of its stage times together and so
+cancels in a simulated ratio.
 """
 from __future__ import annotations
 
@@ -80,7 +89,7 @@ from octopipe.sim.durations import Durations, bind
 from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.sharding import model_sharder
-from octopipe.schedule.action import Action
+from octopipe.schedule.action import Action, ActionKind
 
 LINK = Link("loopback", 5e8, 1e-4)
 SEED = 0
@@ -117,7 +126,7 @@ def quick(ex: RrfpExperiment) -> RrfpExperiment:
     return replace(ex, jitter_cvs=(0.0, 0.5), real_jitter_cvs=(0.5,), straggler_prob=0.0, hints=("bfw",),
                    real_hints=("bfw",), tp_jitter_cvs=(0.5,), tp_microbatches=4, tp_emulate_step_s=ex.emulate_step_s,
                    emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
-                   iterations=1, warmup=0, monte_carlo=3)
+                   iterations=1, warmup=0, monte_carlo=3, real_rounds=min(ex.real_rounds, 2))
 
 
 def levels(ex: RrfpExperiment, compute: str = "emulated", tp: int = 1) -> list[Level]:
@@ -224,6 +233,16 @@ def measured_stage_times(res: ExecutionResult, measured: range) -> dict[tuple[in
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
+def calibration_times(one: dict[tuple[int, int], float], zb: dict[tuple[int, int], float]) -> dict:
+    """The stage times the simulator takes for real compute: F and B from the strict 1F1B launch,
+    I and W from the strict ZB-H1 launch scaled per stage by the two launches' F ratio. Both
+    launches run the same F, so that ratio is the launch-to-launch speed change (up to 2x here),
+    which would otherwise pass into I and W against F and B; what is left is the split
+    backward's own cost."""
+    f = KIND_CODE[ActionKind.F]
+    return {**{(st, k): v * one[(st, f)] / zb[(st, f)] for (st, k), v in zb.items()}, **one}
+
+
 def base_durations(s: Setup, schedule: str, times: dict | None) -> tuple[Simulator, Durations]:
     """The simulator of `schedule`'s compute table and its durations without variability:
     the emulation's scaled costs, or the stage times measured at CV 0 (real compute)."""
@@ -297,52 +316,126 @@ def tp_scaled(s: Setup, ex: RrfpExperiment) -> Setup:
     return replace(s, plans=plans, config=replace(s.config, emulate_step_s=ex.tp_emulate_step_s))
 
 
-def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float]]:
-    """Every point of one setup: the runs, their simulation, the dispatch costs seen (an
-    emulated TP setup runs `tp_scaled`)."""
+def launch_order(keys: tuple, r: int) -> tuple:
+    """Round `r`'s launch order: `keys` forward in even rounds, reversed in odd ones (ABBA), so a
+    drift in machine speed over the rounds biases alternate rounds in opposite directions."""
+    return keys if r % 2 == 0 else keys[::-1]
+
+
+def alternate(jobs: dict, rounds: int, launch: Callable[[Job], ExecutionResult] = execute) -> dict[object, list]:
+    """Each of `jobs` launched once per round, `rounds` rounds (`launch_order`): each key's
+    results, one per round."""
+    out: dict[object, list] = {k: [] for k in jobs}
+    for r in range(rounds):
+        for k in launch_order(tuple(jobs), r):
+            out[k].append(launch(jobs[k]))
+    return out
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A measured speedup: value, spread, what the spread is over, each round's paired ratio."""
+
+    speedup: float
+    spread: float
+    spread_of: str
+    rounds: tuple[float, ...]
+
+
+def paired_speedup(strict: list[list[float]], ready: list[list[float]], measured: range) -> Paired:
+    """strict / ready-first per measured iteration, the same draws in every launch, round by
+    round (`strict[r]`, `ready[r]`: round r's iteration seconds). One round: the mean and the
+    standard deviation over the iterations. Several: each round's mean ratio, then the median
+    over the rounds, and half the interquartile range across rounds as the spread (the median's
+    robust partner), so the spread holds the launch-to-launch noise a single launch cannot show."""
+    per = [[s[it] / f[it] for it in measured] for s, f in zip(strict, ready, strict=True)]
+    means = tuple(float(np.mean(x)) for x in per)
+    if len(per) == 1:
+        m, sd = ratio_stats(per[0])
+        return Paired(m, sd, "iterations (standard deviation)", means)
+    q1, q3 = np.percentile(means, [25, 75])
+    return Paired(float(np.median(means)), float(q3 - q1) / 2, "rounds (half the interquartile range)", means)
+
+
+def cpu_per_rank_iteration(res: ExecutionResult, measured: range) -> float:
+    """A launch's mean CPU seconds per rank and measured iteration (every thread of the rank)."""
+    return float(np.mean([e["cpu_s"] for ev in res.events for e in ev if "cpu_s" in e and e["it"] in measured]))
+
+
+def cpu_ratio(strict: list[ExecutionResult], ready: list[ExecutionResult], measured: range) -> float:
+    """Ready-first's CPU per rank-iteration over strict's, launch pair by launch pair, median over
+    the rounds: on cores shared by more processes than cores, CPU time becomes wall time, which
+    a simulator of one device per rank does not see."""
+    return float(np.median([cpu_per_rank_iteration(f, measured) / cpu_per_rank_iteration(s, measured)
+                            for s, f in zip(strict, ready, strict=True)]))
+
+
+def tp_extras(s: Setup, results: list[ExecutionResult], measured: range, ag: float) -> dict:
+    """A tp point's agreement figures: the calibrated time, and the predicted runs' own (mean
+    over the rounds' ready-first launches)."""
+    costs = [agreement_cost(r.events, measured) or {} for r in results]
+
+    def mean(key: str) -> float | None:
+        got = [c[key] for c in costs if c.get(key) is not None]
+        return float(np.mean(got)) if got else None
+    return {"agreement_s": ag, "ready_first_agreement_s": float(np.mean([agreement_task_s(r, measured) for r in results])),
+            "rounds_per_task": mean("rounds_per_task"), "us_per_round": mean("us_per_round"),
+            "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
+
+
+def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], list[float]]:
+    """Every point of one setup: the runs, their simulation, the dispatch and agreement costs seen
+    (an emulated TP setup runs `tp_scaled`). Emulated: strict then each hint, one launch each. Real
+    compute: `ex.real_rounds` rounds of strict and each hint launched alternately (`alternate`):
+    a launch's speed on shared cores moves more than the effect measured."""
     s = tp_scaled(s, ex)
     measured = range(ex.warmup, ex.warmup + ex.iterations)
     times = None
     if s.compute == "real":
         cal = [execute(s.job(sch, policy_config(s.config, None))) for sch in ("1f1b", "zbh1")]
-        times = {**measured_stage_times(cal[1], measured), **measured_stage_times(cal[0], measured)}
+        times = calibration_times(measured_stage_times(cal[0], measured), measured_stage_times(cal[1], measured))
     bases = {sch: base_durations(s, sch, times) for sch in ("1f1b", "zbh1")}
     ag = calibrate_agreement(s, ex)
+    hints = ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints
+    rounds = ex.real_rounds if s.compute == "real" else 1
     points, dispatch_us, agree_us = [], [], []
     for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
-        strict = execute(s.job("1f1b", strict_cfg)).iteration_s
+        jobs = {None: s.job("1f1b", strict_cfg)} | {h: s.job(schedule_of(h), policy_config(cfg, h)) for h in hints}
+        runs = alternate(jobs, rounds)
+        strict = [r.iteration_s for r in runs[None]]
         sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
         mc_seeds = [(1000 + k, 0) for k in range(ex.monte_carlo)]
         mc_strict = [sim_time(s, strict_cfg, bases["1f1b"], sd) for sd in mc_seeds]
-        for hint in (ex.real_hints if s.compute == "real" else ex.tp_hints if s.tp > 1 else ex.hints):
+        for hint in hints:
             rf_cfg = policy_config(cfg, hint)
-            res = execute(s.job(schedule_of(hint), rf_cfg))
-            dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
-            agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
-            meas = [strict[it] / res.iteration_s[it] for it in measured]
+            for res in runs[hint]:
+                dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
+                agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
+            meas = paired_speedup(strict, [r.iteration_s for r in runs[hint]], measured)
             base = bases[schedule_of(hint)]
             same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it), agreement_s=ag) for it in measured]
             mc = [a / sim_time(s, rf_cfg, base, sd, agreement_s=ag) for a, sd in zip(mc_strict, mc_seeds)]
             capped = [a / sim_time(s, rf_cfg, base, sd, True, ag) for a, sd in zip(mc_strict, mc_seeds)]
             mem = sim_run(s, rf_cfg, base, mc_seeds[0]).peak_activation_memory.max() / \
                 max(sim_run(s, strict_cfg, bases["1f1b"], mc_seeds[0]).peak_activation_memory.max(), 1e-30)
-            (m_mean, m_sd), (mc_mean, mc_sd) = ratio_stats(meas), ratio_stats(mc)
+            mc_mean, mc_sd = ratio_stats(mc)
             extra = {"stage_balance": stage_balance(s)}
             if s.config.images_max > 1 and s.compute == "emulated":
                 plain = replace(cfg, seq_len_cv=0.0, images_max=0)
                 nd = [sim_time(s, policy_config(plain, None), bases["1f1b"], sd)
                       / sim_time(s, policy_config(plain, hint), base, sd) for sd in mc_seeds]
                 extra["simulated_mc_no_data_speedup"] = float(np.mean(nd))
+            if s.compute == "real":
+                extra["measured_cpu_ratio"] = cpu_ratio(runs[None], runs[hint], measured)
             if s.tp > 1:
-                cost = agreement_cost(res.events, measured) or {}
-                extra |= {"agreement_s": ag, "ready_first_agreement_s": agreement_task_s(res, measured),
-                          "rounds_per_task": cost.get("rounds_per_task"), "us_per_round": cost.get("us_per_round"),
-                          "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
+                extra |= tp_extras(s, runs[hint], measured, ag)
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
-                           "straggler": level.straggler, "hint": hint, "measured_speedup": m_mean,
-                           "measured_spread": m_sd, "simulated_speedup": float(np.mean(same)),
+                           "straggler": level.straggler, "hint": hint, "measured_speedup": meas.speedup,
+                           "measured_spread": meas.spread, "measured_spread_of": meas.spread_of,
+                           "rounds": rounds, "measured_round_speedups": list(meas.rounds),
+                           "simulated_speedup": float(np.mean(same)),
                            "simulated_mc_speedup": mc_mean, "simulated_mc_spread": mc_sd,
                            "simulated_capped_speedup": float(np.mean(capped)), "memory_ratio": float(mem),
                            "ranks": s.plans["1f1b"].table.n_devices,
@@ -416,6 +509,7 @@ def findings(points: list[dict]) -> list[str]:
         if pairs:
             ge = sum(p["measured_speedup"] >= q["measured_speedup"] - p["measured_spread"] for p, q in pairs)
             out.append(f"  - bfw >= bf (within spread) at {ge}/{len(pairs)} points")
+    out += real_findings([p for p in points if p["compute"] == "real"])
     tp = [p for p in points if p["tp"] > 1]
     if tp:
         out.append("- tp = " + str(tp[0]["tp"]) + " (RRFP's rule in the runtime and the simulator: strict agrees on "
@@ -447,12 +541,50 @@ def findings(points: list[dict]) -> list[str]:
     return out
 
 
+def real_findings(real: list[dict]) -> list[str]:
+    """The real-compute points, tp = 1 and tp > 1 together: medians over alternating launches,
+    where the best hint loses beyond the spread, beside the simulation and the CPU each run took."""
+    if not real:
+        return []
+    best: dict[tuple, dict] = {}
+    for p in real:
+        key = (p["workload"], p["tp"], p["jitter_cv"])
+        if key not in best or p["measured_speedup"] > best[key]["measured_speedup"]:
+            best[key] = p
+    loses = [p for p in best.values() if p["measured_speedup"] + p["measured_spread"] < 1.0]
+    out = [f"- real compute, every tp: each point is the median over {real[0]['rounds']} rounds of launches, "
+           f"strict and each hint alternately (the order reversed every other round), spread = "
+           f"{real[0]['measured_spread_of']}; ready-first (best hint) >= strict within it at "
+           f"{len(best) - len(loses)}/{len(best)} points"
+           + (": loses at " + ", ".join(f"{p['workload']} tp {p['tp']} CV {p['jitter_cv']:g} ({p['hint']} "
+                                        f"{p['measured_speedup']:.2f} +- {p['measured_spread']:.2f}, simulated "
+                                        f"{p['simulated_speedup']:.2f})" for p in loses) if loses else "")]
+    sim_lt = sum(p["simulated_speedup"] < 1.0 for p in best.values())
+    out.append(f"  - the simulator, on stage times from strict calibration launches (and at tp > 1 the calibrated "
+               f"agreement), predicts the best hint below strict at {sim_lt}/{len(best)} of these points")
+    follows = [p["measured_speedup"] * p["measured_cpu_ratio"] for p in real if "measured_cpu_ratio" in p]
+    if len(follows) > 1:
+        q1, q3 = np.percentile(follows, [25, 75])
+        out.append(f"  - measured speedup x ready-first's CPU per rank-iteration over strict's: median "
+                   f"{np.median(follows):.2f} (interquartile {q1:.2f}-{q3:.2f}) over {len(follows)} points; near 1, "
+                   f"the wall speedup is strict's CPU over ready-first's")
+    for hint in sorted({p["hint"] for p in real}):
+        by = {w: [p["measured_cpu_ratio"] for p in real if (p["hint"], p["workload"]) == (hint, w)]
+              for w in sorted({p["workload"] for p in real})}
+        out.append(f"  - {hint}: ready-first's CPU per rank-iteration over strict's (median over rounds) "
+                   + ", ".join(f"{w} {min(r):.2f}-{max(r):.2f}x" for w, r in by.items() if r)
+                   + "; on these shared cores (other processes, and 4 ranks on 2 cores at tp = 2) CPU becomes "
+                     "wall time, which the simulator (one device per rank, busy only while a task runs) does not see")
+    return out
+
+
 def table_md(points: list[dict]) -> str:
     rows = ["| workload | compute | CV | straggler | hint | measured | spread | simulated (same draws) | "
             "simulated MC (spread) | simulated, capped at row need | peak memory vs strict |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
-        rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} x tp {p['tp']}) | {p['jitter_cv']:g} | "
+        rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} x tp {p['tp']}"
+                    f"{', %d rounds' % p['rounds'] if p.get('rounds', 1) > 1 else ''}) | {p['jitter_cv']:g} | "
                     f"{'yes' if p['straggler'] else 'no'} | {p['hint']} | {p['measured_speedup']:.3f} | "
                     f"{p['measured_spread']:.3f} | {p['simulated_speedup']:.3f} | "
                     f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) | "
@@ -503,8 +635,11 @@ def run(inputs: Inputs) -> Result:
     points: list[dict] = []
     dispatch_us: list[float] = []
     pipeline_agree_us: list[float] = []
+    setup_s: list[dict] = []
     for w, c, tp in track_cases(setups, "rrfp", lambda wct: f"{wct[0]} {wct[1]} tp={wct[2]}"):
+        t = time.perf_counter()
         got, costs, agreed = run_setup(setup(ex, w, c, tp), ex)
+        setup_s.append({"workload": w, "compute": c, "tp": tp, "wall_s": time.perf_counter() - t})
         points += got
         dispatch_us += costs
         pipeline_agree_us += agreed
@@ -523,13 +658,18 @@ def run(inputs: Inputs) -> Result:
         "tp_layer_errors": tp_errs,
         "pipeline_agreement_cost_us": float(np.mean(pipeline_agree_us)) if pipeline_agree_us else None,
         "dispatch_cost_us": float(np.mean(dispatch_us)) if dispatch_us else None,
-        "wall_s": time.perf_counter() - t0}
+        "wall_s": time.perf_counter() - t0, "setup_wall_s": setup_s}
     lines = findings(points)
     report_md = "\n".join([
         "# experiment=rrfp: ready-first versus strict 1F1B under variability", "",
         "Speedup = strict 1F1B iteration / ready-first iteration, per measured iteration on the same "
-        "draws (mean, and standard deviation as the spread). `simulated` = the simulator on those same "
-        "draws; `simulated MC` = over further seeds. table and bf rank 1F1B's row, bfw ZB-H1's.", "",
+        "draws. Emulated points: one launch each, the mean over the iterations with their standard "
+        f"deviation as the spread. Real-compute points: {ex.real_rounds} rounds of launches, strict and each "
+        "hint alternately (the order reversed every other round); each round's mean paired ratio is one sample, "
+        "the point is the median over the rounds and its spread half their interquartile range, so the spread "
+        "holds the launch-to-launch noise of these shared cores (a launch's speed moves by up to a third). "
+        "`simulated` = the simulator on those same draws; `simulated MC` = over further seeds. table and bf "
+        "rank 1F1B's row, bfw ZB-H1's.", "",
         "## Does the paper's pattern hold?", "", *lines, "",
         f"Largest |measured - simulated| / simulated speedup, emulated compute: "
         f"{fmt(summary['max_sim_vs_measured_speedup_error'], '.3f')}; real compute: "
@@ -548,6 +688,8 @@ def run(inputs: Inputs) -> Result:
         "shared by the runtime and the simulator). The simulator times both: the collectives inside F and I, and "
         "before each agreed task the agreement time per agreed task of a separate calibration run (ready-first, "
         "CV 0, another seed), never of the run it predicts.", "",
+        "Wall time by setup: " + ", ".join(f"{x['workload']} {x['compute']} tp {x['tp']} {x['wall_s']:.0f} s"
+                                           for x in setup_s) + f"; in all {summary['wall_s']:.0f} s.", "",
         "## Points", "", table_md(points), "", "![speedup against CV](speedup_vs_cv.png)", ""])
     report = (f"experiment=rrfp: {len(points)} points in {summary['wall_s']:.0f} s", *lines,
               f"max sim-vs-measured speedup error (emulated): {summary['max_sim_vs_measured_speedup_error']}",
