@@ -1,9 +1,9 @@
 """Point-to-point messages keyed by (stage, micro-batch, direction), in two transports.
 
 `tagged` (gloo): every receive a rank will need in an iteration is posted up front, each with
-its own tag and buffer, and each gets a waiter thread: gloo's irecv only reports completion
-through wait(), so the thread's return is how the dispatcher learns of an arrival, in whatever
-order messages come. Sends are posted as soon as their tensor exists. gloo matches messages by
+its own tag and buffer, and each gets a waiter (a pooled thread blocked in its wait(), `Waiters`):
+gloo's irecv only reports completion through wait(), so the waiter's return is how the dispatcher
+learns of an arrival, in whatever order messages come. Sends are posted as soon as their tensor exists. gloo matches messages by
 tag, so no transfer waits on another and the only waits left are the table's own data
 dependencies.
 
@@ -33,6 +33,7 @@ CPU and `take` moves an arrived tensor to the compute device.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
@@ -99,6 +100,40 @@ def choose_transport(backend: str, transport: str = "auto", device: str = "auto"
 
 def _default_group():
     return _get_default_group()
+
+
+class Waiters:
+    """Long-lived threads that each block in one receive's wait(), one per outstanding receive.
+
+    Starting a thread per receive made every iteration pay a thread start per message (the
+    caller blocks until the new thread has run), which on ranks that share cores is CPU the
+    compute needs. The pool grows to the most receives outstanding at once and then reuses its
+    threads; a job is only queued when an idle thread is reserved for it (or a new one started),
+    so no receive ever waits behind another's wait()."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = 0
+        self.started = 0
+
+    def submit(self, job) -> None:
+        with self._lock:
+            if self.idle > 0:
+                self.idle -= 1
+            else:
+                self.started += 1
+                threading.Thread(target=self._loop, daemon=True, name=f"recv-waiter-{self.started}").start()
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self.idle += 1
+
+
+WAITERS = Waiters()
 
 
 class Inbox:
@@ -174,8 +209,7 @@ class Transport:
         if self.inline:
             self.posted[key] = (work, buf, src)
             return
-        threading.Thread(target=self._wait, args=(key, work, buf, src), daemon=True,
-                         name=f"recv{tuple(key)}").start()
+        WAITERS.submit(lambda: self._wait(key, work, buf, src))
 
     def _wait(self, key: Key, work, buf: torch.Tensor, src: int) -> None:
         try:

@@ -1,6 +1,10 @@
 """The ordered transport (what NCCL needs), on gloo over 127.0.0.1: canonical per-pair message
-orders, exact gradients, posting order on the wire, and the backend/transport/device checks."""
+orders, exact gradients, posting order on the wire, the backend/transport/device checks, and the
+pooled receive waiters."""
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 import torch
@@ -9,7 +13,7 @@ from octopipe.errors import ScheduleError
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import max_rel_err, reference_run
-from octopipe.runtime.transport import BWD, FWD, Key, choose_transport
+from octopipe.runtime.transport import BWD, FWD, Key, Waiters, choose_transport
 from octopipe.runtime.worker import pair_orders
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
@@ -133,3 +137,28 @@ def test_local_nccl_needs_a_gpu_per_rank(monkeypatch):
     with pytest.raises(ScheduleError, match="backend=nccl needs a GPU per rank: the job has 2 ranks"):
         execute(tiny.job(model, uniform_partition(model.n_layers, 2), build_schedule("1f1b", 2, 2),
                          backend="nccl"))
+
+
+def test_pooled_waiters_never_queue_one_receive_behind_another_and_are_reused():
+    """Eight blocked jobs released in reverse order all finish (each had a thread of its own),
+    and a second round of eight starts no new thread."""
+    pool = Waiters()
+    for _ in range(2):
+        gates = [threading.Event() for _ in range(8)]
+        finished = []
+        done = threading.Semaphore(0)
+
+        def job(k):
+            gates[k].wait(timeout=10)
+            finished.append(k)
+            done.release()
+        for k in range(8):
+            pool.submit(lambda k=k: job(k))
+        for g in reversed(gates):
+            g.set()
+            assert done.acquire(timeout=10)
+        assert finished == list(range(7, -1, -1))
+        deadline = time.monotonic() + 10        # each thread marks itself idle after its job
+        while pool.idle < 8 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert pool.started == 8 and pool.idle == 8
