@@ -228,9 +228,10 @@ class RrfpExperiment(ExperimentConfig):
                                                              "straggler case)", ge=0, le=3)
     real_hints: tuple[Literal["table", "bf", "bfw"], ...] = setting(("bf", "bfw"),
                                                                     "real compute: hints")
-    real_rounds: int = setting(3, "real compute: rounds of launches, strict and each hint alternately (reversed "
-                                  "every other round); a point is the median over the rounds of each round's "
-                                  "paired ratio, its spread half the interquartile range across rounds", ge=1)
+    real_rounds: int = setting(3, "real compute: rounds of launches; table/bf: an A/B launch each (strict and "
+                                  "ready-first alternating by iteration), pairs pooled; bfw: strict and bfw "
+                                  "launched alternately (reversed every other round), the median over the "
+                                  "rounds with half the interquartile range as spread", ge=1)
     tp: int = setting(2, "emulated runs with this many TP ranks per pipeline rank (emulated_ranks "
                          "/ tp pipeline ranks; 1: none)", ge=1, le=8)
     tp_jitter_cvs: tuple[float, ...] = setting((0.0, 0.5), "the TP runs' jitter levels", ge=0, le=3)

@@ -20,10 +20,14 @@ Per point (workload, compute, CV, straggler, hint):
   draws iteration i from seed (seed, i)); speedup = strict / ready-first per iteration. Emulated:
   one launch each, mean and standard deviation over the iterations (`measured_speedup`,
   `measured_spread`). Real compute: a launch's speed on these shared cores moves by up to a
-  third from one launch to the next, more than the effect, so strict and each hint are launched
-  alternately for `real_rounds` rounds (`alternate`, reversed every other round), each round's
-  mean paired ratio is one sample, and the point is their median with half their interquartile
-  range as the spread (`paired_speedup`; `rounds`, `measured_round_speedups`);
+  third from one launch to the next, more than the effect. So a hint on 1F1B's row (table, bf)
+  runs as an A/B launch (`ab_job`, `Job.ab_strict`): strict and ready-first alternate iteration by
+  iteration on the same draws, and the pairs of `real_rounds` such launches pool into a mean and
+  standard deviation (`ab_speedup`). bfw, on ZB-H1's row, cannot share a launch with strict
+  1F1B: strict and it are launched alternately for `real_rounds` rounds (`alternate`, reversed
+  every other round), each round's mean paired ratio is one sample, and the point is their median
+  with half their interquartile range as the spread (`paired_speedup`). `measured_by` says which;
+  `rounds`, `measured_round_speedups` (each launch's or round's mean ratio);
 - simulated: the simulator on the same draws (`simulated_speedup`, the prediction of the
   measured run) and over `monte_carlo` further seeds (`simulated_mc_speedup`, `_spread`), and
   with each rank capped at its row's need (`simulated_capped_speedup`); the ready-first run's
@@ -58,7 +62,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -280,7 +284,7 @@ def sim_time(s: Setup, config: RuntimeConfig, base: tuple[Simulator, Durations],
     return sim_run(s, config, base, seed, capped, agreement_s).makespan
 
 
-def agreement_task_s(res: ExecutionResult, measured: range) -> float:
+def agreement_task_s(res: ExecutionResult, measured: Sequence[int]) -> float:
     """Seconds the dispatchers spent on agreement rounds per agreed task, over a run's ranks and
     measured iterations (0 without TP): what the simulator charges before each task with
     collectives. Warm-up iterations are left out, as from every other figure: their first rounds
@@ -357,6 +361,38 @@ def paired_speedup(strict: list[list[float]], ready: list[list[float]], measured
     return Paired(float(np.median(means)), float(q3 - q1) / 2, "rounds (half the interquartile range)", means)
 
 
+def ab_job(s: Setup, cfg: RuntimeConfig, hint: str, ex: RrfpExperiment) -> Job:
+    """One launch of `hint` on 1F1B's row that runs strict and ready-first alternately
+    (`Job.ab_strict`): iteration 2k strict, 2k + 1 ready-first, both on draw k, so the launch's
+    speed on shared cores is common to both sides of every pair."""
+    c = replace(policy_config(cfg, hint), warmup=2 * ex.warmup, iterations=2 * ex.iterations)
+    return replace(s.job("1f1b", c), ab_strict=True)
+
+
+def ab_split(res: ExecutionResult) -> tuple[list[float], list[float]]:
+    """An A/B launch's iteration seconds by draw: (strict, ready-first)."""
+    return list(res.iteration_s[0::2]), list(res.iteration_s[1::2])
+
+
+def ab_speedup(results: list[ExecutionResult], measured: range) -> Paired:
+    """strict / ready-first per measured draw within each A/B launch, pooled over the rounds: the
+    mean and the standard deviation over those pairs (as for an emulated point: the pairing
+    within a launch removes the launch's speed, so the pairs of several launches pool); each
+    round's mean ratio is kept."""
+    per = [[st[k] / rf[k] for k in measured] for st, rf in map(ab_split, results)]
+    m, sd = ratio_stats([x for r in per for x in r])
+    return Paired(m, sd, "strict/ready-first pairs within each launch, pooled over the rounds (standard deviation)",
+                  tuple(float(np.mean(r)) for r in per))
+
+
+def ab_cpu_ratio(results: list[ExecutionResult], measured: range) -> float:
+    """Ready-first's CPU per rank-iteration over strict's inside each A/B launch, median over rounds."""
+    def cpu(res: ExecutionResult, its: set[int]) -> float:
+        return float(np.mean([e["cpu_s"] for ev in res.events for e in ev if "cpu_s" in e and e["it"] in its]))
+    return float(np.median([cpu(r, {2 * k + 1 for k in measured}) / cpu(r, {2 * k for k in measured})
+                            for r in results]))
+
+
 def cpu_per_rank_iteration(res: ExecutionResult, measured: range) -> float:
     """A launch's mean CPU seconds per rank and measured iteration (every thread of the rank)."""
     return float(np.mean([e["cpu_s"] for ev in res.events for e in ev if "cpu_s" in e and e["it"] in measured]))
@@ -370,7 +406,7 @@ def cpu_ratio(strict: list[ExecutionResult], ready: list[ExecutionResult], measu
                             for s, f in zip(strict, ready, strict=True)]))
 
 
-def tp_extras(s: Setup, results: list[ExecutionResult], measured: range, ag: float) -> dict:
+def tp_extras(s: Setup, results: list[ExecutionResult], measured: Sequence[int], ag: float) -> dict:
     """A tp point's agreement figures: the calibrated time, and the predicted runs' own (mean
     over the rounds' ready-first launches)."""
     costs = [agreement_cost(r.events, measured) or {} for r in results]
@@ -402,7 +438,9 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
     for level in levels(ex, s.compute, s.tp):
         cfg = level_config(s.config, ex, level)
         strict_cfg = policy_config(cfg, None)
-        jobs = {None: s.job("1f1b", strict_cfg)} | {h: s.job(schedule_of(h), policy_config(cfg, h)) for h in hints}
+        ab = {h for h in hints if s.compute == "real" and schedule_of(h) == "1f1b"}
+        jobs = {None: s.job("1f1b", strict_cfg)} | {h: ab_job(s, cfg, h, ex) if h in ab else
+                                                    s.job(schedule_of(h), policy_config(cfg, h)) for h in hints}
         runs = alternate(jobs, rounds)
         strict = [r.iteration_s for r in runs[None]]
         sim_strict = {it: sim_time(s, strict_cfg, bases["1f1b"], (SEED, it)) for it in measured}
@@ -413,7 +451,8 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
             for res in runs[hint]:
                 dispatch_us += [e["dispatch_us"] for ev in res.events for e in ev if e.get("dispatch_us")]
                 agree_us += [e["agree_us"] for ev in res.events for e in ev if e.get("agree_us")]
-            meas = paired_speedup(strict, [r.iteration_s for r in runs[hint]], measured)
+            meas = ab_speedup(runs[hint], measured) if hint in ab else \
+                paired_speedup(strict, [r.iteration_s for r in runs[hint]], measured)
             base = bases[schedule_of(hint)]
             same = [sim_strict[it] / sim_time(s, rf_cfg, base, (SEED, it), agreement_s=ag) for it in measured]
             mc = [a / sim_time(s, rf_cfg, base, sd, agreement_s=ag) for a, sd in zip(mc_strict, mc_seeds)]
@@ -428,9 +467,11 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
                       / sim_time(s, policy_config(plain, hint), base, sd) for sd in mc_seeds]
                 extra["simulated_mc_no_data_speedup"] = float(np.mean(nd))
             if s.compute == "real":
-                extra["measured_cpu_ratio"] = cpu_ratio(runs[None], runs[hint], measured)
+                extra["measured_cpu_ratio"] = ab_cpu_ratio(runs[hint], measured) if hint in ab else \
+                    cpu_ratio(runs[None], runs[hint], measured)
+                extra["measured_by"] = "A/B within each launch" if hint in ab else "alternating launches"
             if s.tp > 1:
-                extra |= tp_extras(s, runs[hint], measured, ag)
+                extra |= tp_extras(s, runs[hint], [2 * k + 1 for k in measured] if hint in ab else measured, ag)
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": meas.speedup,
                            "measured_spread": meas.spread, "measured_spread_of": meas.spread_of,
@@ -552,9 +593,10 @@ def real_findings(real: list[dict]) -> list[str]:
         if key not in best or p["measured_speedup"] > best[key]["measured_speedup"]:
             best[key] = p
     loses = [p for p in best.values() if p["measured_speedup"] + p["measured_spread"] < 1.0]
-    out = [f"- real compute, every tp: each point is the median over {real[0]['rounds']} rounds of launches, "
-           f"strict and each hint alternately (the order reversed every other round), spread = "
-           f"{real[0]['measured_spread_of']}; ready-first (best hint) >= strict within it at "
+    how = "; ".join(sorted({f"{p['hint']}: {p.get('measured_by', 'alternating launches')}, spread over "
+                            f"{p['measured_spread_of']}" for p in real}))
+    out = [f"- real compute, every tp, {real[0]['rounds']} rounds ({how}): ready-first (best hint) >= strict within "
+           f"the spread at "
            f"{len(best) - len(loses)}/{len(best)} points"
            + (": loses at " + ", ".join(f"{p['workload']} tp {p['tp']} CV {p['jitter_cv']:g} ({p['hint']} "
                                         f"{p['measured_speedup']:.2f} +- {p['measured_spread']:.2f}, simulated "
@@ -664,10 +706,12 @@ def run(inputs: Inputs) -> Result:
         "# experiment=rrfp: ready-first versus strict 1F1B under variability", "",
         "Speedup = strict 1F1B iteration / ready-first iteration, per measured iteration on the same "
         "draws. Emulated points: one launch each, the mean over the iterations with their standard "
-        f"deviation as the spread. Real-compute points: {ex.real_rounds} rounds of launches, strict and each "
-        "hint alternately (the order reversed every other round); each round's mean paired ratio is one sample, "
-        "the point is the median over the rounds and its spread half their interquartile range, so the spread "
-        "holds the launch-to-launch noise of these shared cores (a launch's speed moves by up to a third). "
+        f"deviation as the spread. Real-compute points ({ex.real_rounds} rounds; a launch's speed on these shared "
+        "cores moves by up to a third, more than the effect): table and bf run as A/B launches, strict and "
+        "ready-first alternating iteration by iteration on the same draws, their pairs pooled over the rounds "
+        "(mean, standard deviation); bfw (ZB-H1's row) and strict 1F1B are launched alternately (the order "
+        "reversed every other round), each round's mean paired ratio one sample, the point their median and "
+        "its spread half their interquartile range. "
         "`simulated` = the simulator on those same draws; `simulated MC` = over further seeds. table and bf "
         "rank 1F1B's row, bfw ZB-H1's.", "",
         "## Does the paper's pattern hold?", "", *lines, "",

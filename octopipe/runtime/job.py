@@ -44,6 +44,9 @@ class Job:
     cluster: Cluster | None = None
     fault: Fault | None = None
     weights: object | None = None   # an asynchronous weight policy (asynchronous.runtime.WeightStash)
+    # a within-launch A/B test: even iterations strict, odd ones config.dispatch (ready_first),
+    # iteration 2k + 1 on the draws and data of 2k, so a launch's speed cancels in each pair
+    ab_strict: bool = False
 
     @property
     def total_iterations(self) -> int:

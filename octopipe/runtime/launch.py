@@ -272,7 +272,7 @@ def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) 
                    result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
                    weights=job.weights,
                    arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}),
-                   tp=config.tp, agree_stages=agree_stages(job))
+                   tp=config.tp, agree_stages=agree_stages(job), ab_strict=job.ab_strict)
 
 
 def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:
@@ -289,6 +289,9 @@ def _check(job: Job) -> ScheduleTable:
     config, table = job.config, job.plan.table
     if config.dispatch not in ("strict", "ready_first"):
         raise ScheduleError(f"runtime.dispatch={config.dispatch!r}: choose strict or ready_first")
+    if job.ab_strict and (config.dispatch != "ready_first" or config.warmup % 2 or config.iterations % 2):
+        raise ScheduleError("an A/B job (ab_strict) needs runtime.dispatch=ready_first and even warmup and "
+                            "iterations (each strict iteration is paired with the ready-first one after it)")
     choose_transport(config.backend, config.transport, config.device)
     if config.compute not in ("real", "emulated"):
         raise ScheduleError(f"runtime.compute={config.compute!r}: choose real or emulated")

@@ -71,6 +71,7 @@ class RankJob:
     tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
     # per stage: whether its F, I, W run TP collectives (B: I or W; `sim.agreement.agreement_stages`; empty: F, I, B everywhere)
     agree_stages: tuple[tuple[bool, bool, bool], ...] = ()
+    ab_strict: bool = False         # even iterations strict, odd ones `dispatch`, pairs on one draw (`Job`)
 
 
 def owner(table: ScheduleTable, stage: int, mb: int) -> int:
@@ -158,6 +159,7 @@ class Rank:
 
     def __init__(self, job: RankJob, rank: int, control: Control) -> None:
         self.job, self.rank, self.control = job, rank, control
+        self.dispatch = job.dispatch        # this iteration's (`RankJob.ab_strict` alternates it)
         self.table = job.table
         self.prank, self.trank = divmod(rank, job.tp)     # pipeline rank, TP rank
         self.row = job.table.compact().compute_only().actions(self.prank)
@@ -331,21 +333,21 @@ class Rank:
             raise Aborted()
 
     def _pick(self, pending: list[Action], done: set[Action], local) -> Action | None:
-        if self.job.dispatch == "strict":
+        if self.dispatch == "strict":
             return pending[0] if self._ready(pending[0], done, local) else None
         return next((a for a in pending if self._ready(a, done, local) and self._allowed(a)), None)
 
     def _next(self, pending: list[Action], done: set[Action], local) -> Action:
         """Block until an action may run: the row's next (strict) or the best-ranked ready one no
         cap holds back (ready_first; `pending` is in hint order). Records each decision's cost."""
-        if self.tp_group is not None and self.job.dispatch == "ready_first":
+        if self.tp_group is not None and self.dispatch == "ready_first":
             return self._agreed(pending, done, local)
         inbox = self.transport.inbox
         with inbox.cv:
             while True:
                 self._check(inbox)
                 t0 = time.perf_counter()
-                if self.job.dispatch == "strict":
+                if self.dispatch == "strict":
                     if self._ready(pending[0], done, local):
                         return pending[0]
                 else:
@@ -430,13 +432,14 @@ class Rank:
         n_s, n_m = self.table.n_stages, self.table.n_microbatches
         # strict dispatch needs no arrival news: the dispatcher waits on each receive itself, as
         # torch's schedules do, so no waiter thread takes the GIL from a computing rank
-        inline = self.job.dispatch == "strict"
+        self.dispatch = "strict" if self.job.ab_strict and it % 2 == 0 else self.job.dispatch
+        inline = self.dispatch == "strict"
         if self.job.transport == "ordered":
             self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, Pairs(self.orders, self.pair_groups),
                                               self.comm_device, poll=self.job.backend == "nccl", inline=inline)
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
-        self.compute.start_iteration(it)
+        self.compute.start_iteration(it // 2 if self.job.ab_strict else it)
         expected = expected_messages(self.job, self.prank, self.row)
         self.transport.post_receives(it, {k: (src * self.job.tp + self.trank, shape)
                                           for k, (src, shape) in expected.items()})
@@ -451,7 +454,7 @@ class Rank:
         self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
         dist.barrier()
         begin, cpu = time.perf_counter(), time.process_time()
-        pending, done = list(self.ranked if self.job.dispatch == "ready_first" else self.row), set()
+        pending, done = list(self.ranked if self.dispatch == "ready_first" else self.row), set()
         for n in range(len(self.row)):
             self.control.report(self.rank, it, n, min(map(self.rowpos.__getitem__, pending)), waiting=True)
             a = self._next(pending, done, self._local)

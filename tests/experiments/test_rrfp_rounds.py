@@ -1,5 +1,8 @@
 """experiment=rrfp's real-compute measurement: alternating launches over rounds, and the median
-and spread across rounds, against a fake launcher (no processes)."""
+and spread across rounds, and the A/B launches' pooled pairs, against a fake launcher and fake
+results (no processes)."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -53,3 +56,19 @@ def test_calibration_takes_i_and_w_at_the_1f1b_launchs_speed():
     t = rrfp.calibration_times(one, zb)
     assert t == {(0, 0): 2.0, (0, 3): 5.0, (0, 1): 1.0, (0, 2): 2.0, (1, 0): 3.0, (1, 3): 6.0, (1, 1): 4.0,
                  (1, 2): 3.0}
+
+
+def test_ab_launches_pair_each_strict_iteration_with_the_ready_first_one_after_it():
+    """An A/B launch's even iterations are strict and odd ones ready-first on the same draw; the
+    measured draws' ratios pool over the rounds (mean, standard deviation), and each round keeps
+    its own mean. CPU: ready-first's iterations over strict's inside each launch, median."""
+    def res(its, cpus):
+        return SimpleNamespace(iteration_s=its, events=[[{"it": k, "cpu_s": c} for k, c in enumerate(cpus)]])
+    a = res([9.0, 9.0, 4.0, 2.0, 3.0, 3.0], [1, 1, 1, 2, 1, 1])       # draw 0 is the warm-up
+    b = res([9.0, 9.0, 6.0, 2.0, 2.0, 1.0], [1, 1, 2, 2, 1, 3])
+    assert rrfp.ab_split(a) == ([9.0, 4.0, 3.0], [9.0, 2.0, 3.0])
+    p = rrfp.ab_speedup([a, b], range(1, 3))
+    ratios = [2.0, 1.0, 3.0, 2.0]
+    assert p.speedup == pytest.approx(np.mean(ratios)) and p.spread == pytest.approx(np.std(ratios, ddof=1))
+    assert p.rounds == (1.5, 2.5) and "within each launch" in p.spread_of
+    assert rrfp.ab_cpu_ratio([a, b], range(1, 3)) == pytest.approx(np.median([1.5 / 1.0, 2.5 / 1.5]))

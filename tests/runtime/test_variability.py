@@ -86,6 +86,33 @@ def test_runtime_dispatch_order_is_the_simulators_under_bfw_and_a_cap():
         assert got == [[a for a in row if a] for row in want], settings
 
 
+def test_an_ab_job_runs_strict_then_ready_first_on_each_draw():
+    """`Job.ab_strict`: iteration 2k runs strict and 2k + 1 ready-first, both on draw k (every
+    action lasts what the simulator's jittered durations for draw k say), and only the
+    ready-first iterations make dispatch decisions. Refused without ready_first or with an odd
+    iteration count."""
+    job = replace(emulated_job(build_schedule("1f1b", 2, 3), dispatch="ready_first", hint="bf", iterations=4,
+                               jitter_cv=0.5), ab_strict=True)
+    res = execute(job)
+    assert len(res.iteration_s) == 4
+    sim, dur = predicted(job)
+    var = variability_of(job.config, job)
+    for it in range(4):
+        jd = var.apply(sim.program, dur, np.random.default_rng((job.seed, it // 2)))
+        want = {str(sim.program.action(c)): jd.compute[c] for c in range(sim.program.n_compute)}
+        got = {e["action"]: e["end"] - e["start"] for ev in res.events for e in ev
+               if e["it"] == it and "action" in e}
+        assert set(got) == set(want)
+        for a, t in got.items():
+            assert want[a] <= t + 1e-4 and t <= want[a] * 1.15 + 0.01, (it, a, t, want[a])
+    decided = {e["it"] for ev in res.events for e in ev if e.get("dispatch_us")}
+    assert decided == {1, 3}
+    with pytest.raises(ScheduleError, match="ab_strict"):
+        execute(replace(emulated_job(build_schedule("1f1b", 2, 2), dispatch="strict"), ab_strict=True))
+    with pytest.raises(ScheduleError, match="ab_strict"):
+        execute(replace(emulated_job(build_schedule("1f1b", 2, 2), iterations=3), ab_strict=True))
+
+
 def test_a_cap_that_could_deadlock_is_refused_before_any_rank_starts():
     chimera = build_schedule("chimera", 2, 2)
     with pytest.raises(ScheduleError, match=r"runtime\.max_inflight=1 could deadlock.*>= 2"):
