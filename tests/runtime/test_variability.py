@@ -45,6 +45,21 @@ def predicted(job: Job):
     return sim, bind(sim.program, job.plan.partition, emulation(job).costs, job.cluster)
 
 
+def assert_actions_last_their_draws(job: Job, res, draw_of: dict[int, int]) -> None:
+    """Every action of iteration `it` lasts what the simulator's jittered durations of draw
+    `draw_of[it]` say (sleep overshoot aside)."""
+    sim, dur = predicted(job)
+    var = variability_of(job.config, job)
+    for it, draw in draw_of.items():
+        jd = var.apply(sim.program, dur, np.random.default_rng((job.seed, draw)))
+        want = {str(sim.program.action(c)): jd.compute[c] for c in range(sim.program.n_compute)}
+        got = {e["action"]: e["end"] - e["start"] for ev in res.events for e in ev
+               if e["it"] == it and "action" in e}
+        assert set(got) == set(want)
+        for a, t in got.items():
+            assert want[a] <= t + 1e-4 and t <= want[a] * 1.15 + 0.01, (it, a, t, want[a])
+
+
 def test_runtime_draws_the_simulators_jitter_and_reports_dispatch_cost():
     """Same seed, same draws: every measured action lasts what the simulator's jittered
     durations say (sleep overshoot aside), sends are delayed, the bf hint and an in-flight cap
@@ -52,16 +67,7 @@ def test_runtime_draws_the_simulators_jitter_and_reports_dispatch_cost():
     job = emulated_job(build_schedule("1f1b", 2, 4), dispatch="ready_first", hint="bf", max_inflight=2,
                        jitter_cv=0.5, straggler_prob=0.2, straggler_factor=2.0, transfer_delay=0.5)
     res = execute(job)
-    sim, dur = predicted(job)
-    var = variability_of(job.config, job)
-    for it in range(2):
-        jd = var.apply(sim.program, dur, np.random.default_rng((job.seed, it)))
-        want = {str(sim.program.action(c)): jd.compute[c] for c in range(sim.program.n_compute)}
-        got = {e["action"]: e["end"] - e["start"] for ev in res.events for e in ev
-               if e["it"] == it and "action" in e}
-        assert set(got) == set(want)
-        for a, t in got.items():
-            assert want[a] <= t + 1e-4 and t <= want[a] * 1.15 + 0.01, (it, a, t, want[a])
+    assert_actions_last_their_draws(job, res, {0: 0, 1: 1})
     costs = [e["dispatch_us"] for ev in res.events for e in ev if "dispatch_us" in e]
     assert costs and all(0 < c < 5e4 for c in costs)
 
@@ -95,16 +101,7 @@ def test_an_ab_job_runs_strict_then_ready_first_on_each_draw():
                                jitter_cv=0.5), ab_strict=True)
     res = execute(job)
     assert len(res.iteration_s) == 4
-    sim, dur = predicted(job)
-    var = variability_of(job.config, job)
-    for it in range(4):
-        jd = var.apply(sim.program, dur, np.random.default_rng((job.seed, it // 2)))
-        want = {str(sim.program.action(c)): jd.compute[c] for c in range(sim.program.n_compute)}
-        got = {e["action"]: e["end"] - e["start"] for ev in res.events for e in ev
-               if e["it"] == it and "action" in e}
-        assert set(got) == set(want)
-        for a, t in got.items():
-            assert want[a] <= t + 1e-4 and t <= want[a] * 1.15 + 0.01, (it, a, t, want[a])
+    assert_actions_last_their_draws(job, res, {it: it // 2 for it in range(4)})
     decided = {e["it"] for ev in res.events for e in ev if e.get("dispatch_us")}
     assert decided == {1, 3}
     with pytest.raises(ScheduleError, match="ab_strict"):
