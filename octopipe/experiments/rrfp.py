@@ -369,6 +369,11 @@ def ab_job(s: Setup, cfg: RuntimeConfig, hint: str, ex: RrfpExperiment) -> Job:
     return replace(s.job("1f1b", c), ab_strict=True)
 
 
+def ab_iterations(measured: range) -> tuple[list[int], list[int]]:
+    """An A/B launch's iteration indices of the measured draws: (strict, ready-first)."""
+    return [2 * k for k in measured], [2 * k + 1 for k in measured]
+
+
 def ab_split(res: ExecutionResult) -> tuple[list[float], list[float]]:
     """An A/B launch's iteration seconds by draw: (strict, ready-first)."""
     return list(res.iteration_s[0::2]), list(res.iteration_s[1::2])
@@ -387,13 +392,11 @@ def ab_speedup(results: list[ExecutionResult], measured: range) -> Paired:
 
 def ab_cpu_ratio(results: list[ExecutionResult], measured: range) -> float:
     """Ready-first's CPU per rank-iteration over strict's inside each A/B launch, median over rounds."""
-    def cpu(res: ExecutionResult, its: set[int]) -> float:
-        return float(np.mean([e["cpu_s"] for ev in res.events for e in ev if "cpu_s" in e and e["it"] in its]))
-    return float(np.median([cpu(r, {2 * k + 1 for k in measured}) / cpu(r, {2 * k for k in measured})
-                            for r in results]))
+    strict, ready = ab_iterations(measured)
+    return float(np.median([cpu_per_rank_iteration(r, ready) / cpu_per_rank_iteration(r, strict) for r in results]))
 
 
-def cpu_per_rank_iteration(res: ExecutionResult, measured: range) -> float:
+def cpu_per_rank_iteration(res: ExecutionResult, measured: Sequence[int]) -> float:
     """A launch's mean CPU seconds per rank and measured iteration (every thread of the rank)."""
     return float(np.mean([e["cpu_s"] for ev in res.events for e in ev if "cpu_s" in e and e["it"] in measured]))
 
@@ -471,7 +474,7 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
                     cpu_ratio(runs[None], runs[hint], measured)
                 extra["measured_by"] = "A/B within each launch" if hint in ab else "alternating launches"
             if s.tp > 1:
-                extra |= tp_extras(s, runs[hint], [2 * k + 1 for k in measured] if hint in ab else measured, ag)
+                extra |= tp_extras(s, runs[hint], ab_iterations(measured)[1] if hint in ab else measured, ag)
             points.append({"workload": s.workload, "compute": s.compute, "tp": s.tp, "jitter_cv": level.cv,
                            "straggler": level.straggler, "hint": hint, "measured_speedup": meas.speedup,
                            "measured_spread": meas.spread, "measured_spread_of": meas.spread_of,

@@ -84,13 +84,18 @@ def test_uniform_chain_closed_form_and_tight(p, M):
     assert _best_simulated(pb, zb) == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_milp_is_the_least_cost_partition(seed):
+def _random_instance(seed: int, L: int, D: int, M: int) -> tuple[Problem, Terms]:
+    """L layers with F, I, W drawn from [0.2, 2) on D free-link devices, M micro-batches."""
     rng = np.random.default_rng(seed)
-    L, D, M = 5, 3, 3
     f, i, w = (rng.uniform(0.2, 2.0, L) for _ in range(3))
     pb = Problem.build(_costs(f, i, w), free_cluster(D), D, M)
-    t = Terms.of(pb)
+    return pb, Terms.of(pb)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_milp_is_the_least_cost_partition(seed):
+    L, D, M = 5, 3, 3
+    pb, t = _random_instance(seed, L, D, M)
     brute = min(t.cost(np.array(o)) for o in itertools.product(range(D), repeat=L))
     assert exact(t, 0.0, 10_000, 60.0) == pytest.approx(brute, rel=1e-7)
     assert relaxed(t, pb.layer_work()) <= brute * (1 + 1e-12)           # the closed form relaxes it
@@ -101,11 +106,8 @@ def test_milp_is_the_least_cost_partition(seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_contiguous_bound_is_the_least_contiguous_partition(seed):
-    rng = np.random.default_rng(seed)
     L, D, M = 6, 3, 4
-    f, i, w = (rng.uniform(0.2, 2.0, L) for _ in range(3))
-    pb = Problem.build(_costs(f, i, w), free_cluster(D), D, M)
-    t = Terms.of(pb)
+    pb, t = _random_instance(seed, L, D, M)
     brute = min(t.cost(np.repeat(np.arange(S), sizes)) for S in range(1, D + 1)
                 for sizes in _compositions(L, S))
     got = contiguous_bound(pb)
