@@ -107,7 +107,7 @@ class AnalyticCostModel(AnalyticCost):
         if x.kind is LayerKind.HEAD:
             t = model.seq_len
         if x.shards > 1:
-            return _piece_work(x, t * b)
+            return _piece_work(x, t, t * b, self.flash_attention)
         gemm, core, bwd_factor = _flops_per_token(x, t)
         act, scores, w_act = _activations(x, t, self.flash_attention, self.dropout)
         n_tok = t * b
@@ -214,18 +214,31 @@ def analytic_costs(cost: AnalyticCost, model: ModelSpec, cluster: Cluster) -> Co
 # -- formulas -------------------------------------------------------------------------------
 
 
-def _piece_work(x: LayerSpec, n_tok: int) -> LayerWork:
-    """Work of one piece of a split layer (octopipe.model.shard): the split dimension's GEMMs
-    and activations are divided; piece 0 keeps the norm (and the MoE router and shared experts);
-    boundaries between pieces carry `carry_width` values per token."""
+def _piece_work(x: LayerSpec, s: int, n_tok: int, flash: bool) -> LayerWork:
+    """Work of one piece of a split layer (octopipe.model.shard) at sequence `s`: the split
+    dimension's GEMMs, cores and activations are divided; piece 0 keeps the norm (and the MoE
+    router and shared experts); boundaries between pieces carry `carry_width` values per token."""
     h, first, last = x.hidden, is_first(x), is_last(x)
     lo, hi = shard_span(x)
     in_norm = 4.0 * h if first else 2.0 * h           # norm in + out, or the carried norm output
+    core = bwd = scores = 0.0
     if x.kind is LayerKind.HEAD:
         gemm, act, w_act = 2.0 * h * (hi - lo), in_norm + 4.0 * (hi - lo), 2.0 * h
     elif x.kind is LayerKind.MLP:
         f = hi - lo
         gemm, act, w_act = _ffn_flops(h, f, x.activation), in_norm + _ffn_act(f, x.activation), 2.0 * h + 2.0 * f
+    elif x.kind is LayerKind.ATTENTION:
+        heads = (hi - lo) * (x.heads // (x.kv_heads or x.heads))
+        q, kv = heads * x.head_dim, (hi - lo) * x.head_dim
+        gemm, core, bwd = 2.0 * h * (q + 2 * kv) + 2.0 * q * h, 4.0 * q * _s_eff(x, s), 2.5
+        base, scores = _attention_act(h, q, kv, heads, s, flash, False)
+        act, w_act = base - 4.0 * h + in_norm, 2.0 * h + 2.0 * q
+    elif x.kind is LayerKind.MAMBA2:
+        heads = x.ssm_heads * (hi - lo) // x.ssm_groups
+        d_in, gn = heads * x.ssm_head_dim, (hi - lo) * x.ssm_state
+        gemm = 2.0 * h * (2 * d_in + 2 * gn + heads) + 2.0 * d_in * h
+        core, bwd = 7.0 * d_in * x.ssm_state, 2.0
+        act, w_act = in_norm + 2.0 * (2 * d_in + 2 * gn + heads) + 2.0 * d_in, 2.0 * h + 2.0 * d_in
     else:
         share = x.top_k * (hi - lo) / x.experts          # expected routed tokens per token
         gemm = share * _ffn_flops(h, x.expert_ffn, x.activation)
@@ -237,8 +250,8 @@ def _piece_work(x: LayerSpec, n_tok: int) -> LayerWork:
             w_act += x.shared_experts * 2.0 * x.shared_ffn
     carry = 2.0 * carry_width(x) * n_tok
     out = 0.0 if (last and x.kind is LayerKind.HEAD) else (2.0 * h * n_tok if last else carry)
-    return LayerWork(gemm_flops=gemm * n_tok, core_flops=0.0, core_bwd_flops=0.0,
-                     weight_bytes=2.0 * layer_params(x), act_bytes=act * n_tok, score_bytes=0.0,
+    return LayerWork(gemm_flops=gemm * n_tok, core_flops=core * n_tok, core_bwd_flops=bwd * core * n_tok,
+                     weight_bytes=2.0 * layer_params(x), act_bytes=act * n_tok, score_bytes=scores * n_tok,
                      w_act_bytes=w_act * n_tok, in_bytes=2.0 * h * n_tok if first else carry,
                      out_bytes=out, params=layer_params(x))
 

@@ -37,20 +37,25 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window
 
 
 class Attention(nn.Module):
-    """Pre-norm residual self-attention with grouped-query heads (optional QK-norm and biases)."""
+    """Pre-norm residual self-attention with grouped-query heads (optional QK-norm and biases).
+    `kv_heads` selects that many key/value heads with their query heads (a piece of the layer,
+    see `octopipe.layers.pieces`; default all of them); `norm` and `o_bias` say whether this
+    module holds the pre-norm and the output projection's bias (a piece after the first does not)."""
 
-    def __init__(self, spec: LayerSpec) -> None:
+    def __init__(self, spec: LayerSpec, kv_heads: int = 0, norm: bool = True, o_bias: bool = True) -> None:
         super().__init__()
         h, hd = spec.heads, spec.head_dim or spec.hidden // max(spec.heads, 1)
         kv = spec.kv_heads or h
         if h % kv:
             raise ValueError(f"attention layer {spec.label}: heads={h} is not a multiple of kv_heads={kv}")
-        self.heads, self.kv, self.hd = h, kv, hd
+        rep = h // kv
+        kv = kv_heads or kv
+        self.heads, self.kv, self.hd = kv * rep, kv, hd
         self.causal, self.window = spec.causal, spec.window
-        self.norm = nn.RMSNorm(spec.hidden)
-        self.q = nn.Linear(spec.hidden, h * hd, bias=spec.bias)
+        self.norm = nn.RMSNorm(spec.hidden) if norm else None
+        self.q = nn.Linear(spec.hidden, self.heads * hd, bias=spec.bias)
         self.kv_proj = nn.Linear(spec.hidden, 2 * kv * hd, bias=spec.bias)
-        self.o = nn.Linear(h * hd, spec.hidden, bias=spec.bias)
+        self.o = nn.Linear(self.heads * hd, spec.hidden, bias=spec.bias and o_bias)
         self.qk_norm = nn.ModuleList([nn.RMSNorm(hd), nn.RMSNorm(hd)]) if spec.qk_norm else None
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,11 @@ gradient, only the order of some floating-point additions differs.
 - MoEPiece: piece 0 normalizes, routes (softmax over all experts, renormalized top-k, scattered
   into a dense gate vector) and runs the shared experts; each piece runs its experts on the tokens
   whose gate for them is set, weighted by it.
+- AttentionPiece: piece 0 normalizes; each piece attends with its key/value heads and their
+  query heads and adds its columns of the output projection to the residual (piece 0 the bias).
+- Mamba2Piece: piece 0 normalizes; each piece runs the Mamba-2 mixer of its groups (their heads,
+  B and C, conv channels, per-head scalars and gated-norm weights) and adds its columns of the
+  output projection to the residual.
 
 Weights: `piece_source` says where each piece parameter lives in the whole layer, `load_pieces`
 copies a whole layer into its pieces and `shard_state_dict` converts a whole model's state (or
@@ -31,14 +36,20 @@ from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.shard import is_first, is_last, shard_span
 from octopipe.model.spec import ModelSpec
+from octopipe.layers.attention import Attention
 from octopipe.layers.mlp import FeedForward, top_k_route
+from octopipe.layers.ssm import Mamba2
+
+
+def _check_piece(spec: LayerSpec) -> None:
+    if spec.shards < 2:
+        raise ValueError(f"layer {spec.label}: shards={spec.shards}; a piece needs shards >= 2")
 
 
 class _Piece(nn.Module):
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
-        if spec.shards < 2:
-            raise ValueError(f"layer {spec.label}: shards={spec.shards}; a piece needs shards >= 2")
+        _check_piece(spec)
         self.spec = spec
         self.lo, self.hi = shard_span(spec)
         self.first, self.last = is_first(spec), is_last(spec)
@@ -133,8 +144,48 @@ class MoEPiece(_Piece):
         return r if self.last else torch.cat([r, n, gates.view(*r.shape[:-1], n_exp)], dim=-1)
 
 
-PIECES: dict[LayerKind, type[_Piece]] = {LayerKind.HEAD: HeadPiece, LayerKind.MLP: MLPPiece,
-                                         LayerKind.MOE: MoEPiece}
+class _MixerPiece:
+    """A residual mixer's piece (attention heads, Mamba-2 groups): piece 0 normalizes, each adds
+    its `mix` of the norm output to the residual; carry (residual sum, norm output)."""
+
+    spec: LayerSpec
+    first: bool
+    last: bool
+    norm: nn.Module | None
+
+    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
+        h = self.spec.hidden
+        if self.first:
+            r, n = x, self.norm(x)
+        else:
+            r, n = x[..., :h], x[..., h:]
+        r = r + self.mix(n)
+        return r if self.last else torch.cat([r, n], dim=-1)
+
+
+class AttentionPiece(_MixerPiece, Attention):
+    """Key/value heads [lo, hi) of a pre-norm residual attention layer, with their query heads."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        _check_piece(spec)
+        lo, hi = shard_span(spec)
+        Attention.__init__(self, spec, kv_heads=hi - lo, norm=is_first(spec), o_bias=is_first(spec))
+        self.spec, self.lo, self.hi, self.first, self.last = spec, lo, hi, is_first(spec), is_last(spec)
+
+
+class Mamba2Piece(_MixerPiece, Mamba2):
+    """Groups [lo, hi) of a pre-norm residual Mamba-2 layer, with their heads."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        _check_piece(spec)
+        lo, hi = shard_span(spec)
+        Mamba2.__init__(self, spec, groups=hi - lo, norm=is_first(spec))
+        self.spec, self.lo, self.hi, self.first, self.last = spec, lo, hi, is_first(spec), is_last(spec)
+
+
+PIECES: dict[LayerKind, type[nn.Module]] = {LayerKind.HEAD: HeadPiece, LayerKind.MLP: MLPPiece,
+                                            LayerKind.MOE: MoEPiece, LayerKind.ATTENTION: AttentionPiece,
+                                            LayerKind.MAMBA2: Mamba2Piece}
 
 
 def build_piece(spec: LayerSpec) -> nn.Module:
@@ -174,6 +225,48 @@ def piece_source(spec: LayerSpec, name: str) -> Source:
     if spec.kind is LayerKind.MOE and name.startswith("experts."):
         _, i, rest = name.split(".", 2)
         return Source(f"experts.{lo + int(i)}.{rest}")
+    if spec.kind is LayerKind.ATTENTION:
+        return _attention_source(spec, name, lo, hi)
+    if spec.kind is LayerKind.MAMBA2:
+        return _mamba2_source(spec, name, lo, hi)
+    return Source(name)
+
+
+def _attention_source(spec: LayerSpec, name: str, lo: int, hi: int) -> Source:
+    """Key/value heads [lo, hi): their query rows, key and value rows, output columns."""
+    hd, kv = spec.head_dim or spec.hidden // spec.heads, spec.kv_heads or spec.heads
+    rep = spec.heads // kv
+    q = torch.arange(lo * rep * hd, hi * rep * hd)
+    k = torch.arange(lo * hd, hi * hd)
+    if name in ("q.weight", "q.bias"):
+        return Source(name, 0, q, spec.heads * hd)
+    if name in ("kv_proj.weight", "kv_proj.bias"):
+        return Source(name, 0, torch.cat([k, k + kv * hd]), 2 * kv * hd)
+    if name == "o.weight":
+        return Source(name, 1, q, spec.heads * hd)
+    return Source(name)
+
+
+def _mamba2_source(spec: LayerSpec, name: str, lo: int, hi: int) -> Source:
+    """Groups [lo, hi): their heads' z, x and dt rows and B, C rows of the in-projection, their
+    conv channels, per-head scalars, gated-norm weights and output columns."""
+    r, p, n = spec.ssm_heads // spec.ssm_groups, spec.ssm_head_dim, spec.ssm_state
+    inner, gn = spec.ssm_heads * p, spec.ssm_groups * n
+    chans = torch.arange(lo * r * p, hi * r * p)
+    states = torch.arange(lo * n, hi * n)
+    heads = torch.arange(lo * r, hi * r)
+    conv = torch.cat([chans, inner + states, inner + gn + states])   # x, B, C of the conv input
+    if name == "in_proj.weight":
+        return Source(name, 0, torch.cat([chans, inner + conv, 2 * inner + 2 * gn + heads]),
+                      2 * inner + 2 * gn + spec.ssm_heads)
+    if name in ("conv.weight", "conv.bias"):
+        return Source(name, 0, conv, inner + 2 * gn)
+    if name in ("dt_bias", "a_log", "d"):
+        return Source(name, 0, heads, spec.ssm_heads)
+    if name == "out_norm.weight":
+        return Source(name, 0, chans, inner)
+    if name == "out_proj.weight":
+        return Source(name, 1, chans, inner)
     return Source(name)
 
 
@@ -199,9 +292,8 @@ def piece_tensors(spec: LayerSpec, names: Sequence[str], whole: Mapping[str, tor
 
 @torch.no_grad()
 def load_pieces(whole: nn.Module, pieces: Sequence[nn.Module]) -> None:
-    """Copy a whole layer's weights into its pieces (each a HeadPiece, MLPPiece or MoEPiece):
-    slices of the split dimension, and the norm, router, shared experts and down-projection bias
-    into piece 0."""
+    """Copy a whole layer's weights into its pieces (`PIECES`): slices of the split dimension, and
+    the norm, router, shared experts and down- (or output-) projection bias into piece 0."""
     src = dict(whole.named_parameters())
     for piece in pieces:
         params = dict(piece.named_parameters())

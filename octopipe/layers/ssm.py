@@ -44,43 +44,66 @@ def ssd_scan(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     return y[:, :length]
 
 
-class Mamba2(nn.Module):
-    """Pre-norm residual Mamba-2 mixer: in-projection, causal depthwise conv, SSD scan, gated norm."""
+class GroupRMSNorm(nn.Module):
+    """RMSNorm over each of `groups` equal slices of the last dimension, with one weight per
+    channel: Mamba-2's gated norm (`RMSNormGated`, `group_size = d_inner / ngroups`), which keeps
+    the groups independent (one group: a plain RMSNorm)."""
 
-    def __init__(self, spec: LayerSpec) -> None:
+    def __init__(self, width: int, groups: int) -> None:
         super().__init__()
-        self.h = spec.ssm_heads
+        if width % groups:
+            raise ValueError(f"GroupRMSNorm: width {width} is not a multiple of groups={groups}")
+        self.groups = groups
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        g = y.unflatten(-1, (self.groups, -1))
+        return F.rms_norm(g, (g.shape[-1],)).flatten(-2) * self.weight
+
+
+class Mamba2(nn.Module):
+    """Pre-norm residual Mamba-2 mixer: in-projection, causal depthwise conv, SSD scan, gated
+    norm per group. `groups` selects that many of the layer's groups with their heads (a piece of
+    it, see `octopipe.layers.pieces`; default all of them); `norm`: whether it holds the pre-norm."""
+
+    def __init__(self, spec: LayerSpec, groups: int = 0, norm: bool = True) -> None:
+        super().__init__()
+        g_all = max(spec.ssm_groups, 1)
+        self.g = groups or g_all
+        self.h = spec.ssm_heads * self.g // g_all
         self.p = spec.ssm_head_dim
         self.n = spec.ssm_state
-        self.g = max(spec.ssm_groups, 1)
         self.chunk = spec.ssm_chunk
         inner = self.h * self.p
         self.conv_dim = inner + 2 * self.g * self.n
-        self.norm = nn.RMSNorm(spec.hidden)
+        self.norm = nn.RMSNorm(spec.hidden) if norm else None
         self.in_proj = nn.Linear(spec.hidden, inner + self.conv_dim + self.h, bias=False)
         self.conv = nn.Conv1d(self.conv_dim, self.conv_dim, spec.conv_kernel, groups=self.conv_dim,
                               padding=spec.conv_kernel - 1)
         self.dt_bias = nn.Parameter(torch.log(torch.expm1(torch.linspace(1e-3, 1e-1, self.h))))
         self.a_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, self.h)))
         self.d = nn.Parameter(torch.ones(self.h))
-        self.out_norm = nn.RMSNorm(inner)
+        self.out_norm = GroupRMSNorm(inner, self.g)
         self.out_proj = nn.Linear(inner, spec.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
-        bsz, length, _ = x.shape
+    def mix(self, n: torch.Tensor) -> torch.Tensor:
+        """The mixer on normalized input `n`, before the residual."""
+        bsz, length, _ = n.shape
         inner = self.h * self.p
-        z, xbc, dt = self.in_proj(self.norm(x)).split([inner, self.conv_dim, self.h], dim=-1)
+        z, xbc, dt = self.in_proj(n).split([inner, self.conv_dim, self.h], dim=-1)
         xbc = F.silu(self.conv(xbc.transpose(1, 2))[..., :length].transpose(1, 2))
         xs, b, c = xbc.split([inner, self.g * self.n, self.g * self.n], dim=-1)
-        dt = F.softplus(dt + self.dt_bias)                                # [B, L, H]
+        dt = F.softplus(dt + self.dt_bias)                                   # [B, L, H]
         a = -torch.exp(self.a_log) * dt
         rep = self.h // self.g
         b = b.view(bsz, length, self.g, self.n).repeat_interleave(rep, dim=2)
         c = c.view(bsz, length, self.g, self.n).repeat_interleave(rep, dim=2)
         xs = xs.view(bsz, length, self.h, self.p)
         y = ssd_scan(xs * dt[..., None], a, b, c, self.chunk) + xs * self.d[:, None]
-        y = self.out_norm(y.reshape(bsz, length, inner) * F.silu(z))
-        return x + self.out_proj(y)
+        return self.out_proj(self.out_norm(y.reshape(bsz, length, inner) * F.silu(z)))
+
+    def forward(self, x: torch.Tensor, batch: dict) -> torch.Tensor:
+        return x + self.mix(self.norm(x))
 
 
 class Mamba1(nn.Module):

@@ -78,7 +78,8 @@ def _vit_block_params(x: LayerSpec) -> int:
 
 def _piece_params(x: LayerSpec, active: bool) -> int:
     """Parameters of one piece of a split layer (octopipe.model.shard): the norm, router, shared
-    experts and the down projection's bias belong to piece 0; the split dimension is divided."""
+    experts and the down (or output) projection's bias belong to piece 0; the split dimension is
+    divided."""
     lo, hi = shard_span(x)
     h, first = x.hidden, x.shard == 0
     if x.kind is LayerKind.HEAD:
@@ -86,6 +87,10 @@ def _piece_params(x: LayerSpec, active: bool) -> int:
     if x.kind is LayerKind.MLP:
         ffn = _ffn_params(h, hi - lo, x.activation, x.bias) - (h if x.bias else 0)
         return (h + (h if x.bias else 0) if first else 0) + ffn
+    if x.kind is LayerKind.ATTENTION:
+        return (h + (h if x.bias else 0) if first else 0) + _attention_piece_params(x, hi - lo)
+    if x.kind is LayerKind.MAMBA2:
+        return (h if first else 0) + _mamba2_piece_params(x, hi - lo)
     if x.kind is LayerKind.MOE:
         one = _ffn_params(h, x.expert_ffn, x.activation, x.bias)
         routed = (x.top_k * (hi - lo) / x.experts if active else hi - lo) * one
@@ -93,6 +98,24 @@ def _piece_params(x: LayerSpec, active: bool) -> int:
                 + x.shared_experts * _ffn_params(h, x.shared_ffn, x.activation, x.bias)) if first else 0
         return int(round(head + routed))
     raise ValueError(f"{x.kind.value} layers do not split")
+
+
+def _attention_piece_params(x: LayerSpec, kv_heads: int) -> int:
+    """Q, K, V rows and output-projection columns of `kv_heads` key/value heads and their query
+    heads (the output projection's bias and the norm are piece 0's)."""
+    h, kv = x.hidden, x.kv_heads or x.heads
+    q_heads = kv_heads * (x.heads // kv)
+    q, k = q_heads * x.head_dim, kv_heads * x.head_dim
+    return h * q + 2 * h * k + q * h + (q + 2 * k if x.bias else 0)
+
+
+def _mamba2_piece_params(x: LayerSpec, groups: int) -> int:
+    """In-projection rows, conv channels, per-head scalars, gated-norm weights and output
+    columns of `groups` of the layer's Mamba-2 groups."""
+    h, H = x.hidden, x.ssm_heads * groups // x.ssm_groups
+    d_in, gn = H * x.ssm_head_dim, groups * x.ssm_state
+    conv_dim = d_in + 2 * gn
+    return h * (2 * d_in + 2 * gn + H) + conv_dim * x.conv_kernel + conv_dim + 3 * H + d_in + d_in * h
 
 
 def layer_params(x: LayerSpec, active: bool = False) -> int:

@@ -1,7 +1,7 @@
 """Sub-layer sharding: one heavy layer as a chain of consecutive pieces a pipeline can split.
 
 A pipeline cannot balance better than its heaviest layer: a 131k-vocabulary LM head is 7-12% of
-an 8B model's work, more than a device's share at 16 or 32 stages. Three kinds split exactly into
+an 8B model's work, more than a device's share at 16 or 32 stages. Five kinds split exactly into
 a chain whose pieces pass a slightly wider tensor forward (and its gradient back):
 
 - HEAD by vocabulary (the vocabulary-parallel head of Yeung et al. 2024, run as a chain): piece 0
@@ -13,9 +13,18 @@ a chain whose pieces pass a slightly wider tensor forward (and its gradient back
 - MOE by experts: piece 0 normalizes, routes (the dense top-k gate vector over all experts) and
   runs the shared experts; each piece runs its experts on the tokens routed to them. Carry:
   (residual sum, norm output, gates), width `2·hidden + experts`.
+- ATTENTION by key/value heads (as Megatron's tensor parallelism splits it, run as a chain): each
+  piece holds whole GQA groups (its key/value heads and the query heads that share them) and its
+  columns of the output projection; piece 0 normalizes, and each piece adds its heads' share of
+  the output to the residual. Carry: (residual sum, norm output), width `2·hidden`. Layers with
+  QK-norm do not split (its weights are shared by every head).
+- MAMBA2 by groups: each piece holds `ssm_heads / ssm_groups` heads per group with their group's
+  B and C, their conv channels, and their columns of the output projection; the gated norm is
+  per group (as Mamba-2's `RMSNormGated` with `group_size = d_inner / ngroups`), so no piece
+  needs another's heads. Carry: (residual sum, norm output), width `2·hidden`.
 
-Piece j of k covers `[n·j//k, n·(j+1)//k)` of the split dimension (vocab, ffn or experts), so
-the pieces' parameters add up to the layer's. Sharding is a planner decision, not a preset field.
+Piece j of k covers `[n·j//k, n·(j+1)//k)` of the split dimension (vocab, ffn, experts,
+key/value heads or groups), so the pieces' parameters add up to the layer's. Sharding is a planner decision, not a preset field.
 """
 from __future__ import annotations
 
@@ -30,16 +39,26 @@ from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.spec import ModelSpec
 
 SHARD_DIM: dict[LayerKind, str] = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn",
-                                   LayerKind.MOE: "experts"}
+                                   LayerKind.MOE: "experts", LayerKind.ATTENTION: "kv_heads",
+                                   LayerKind.MAMBA2: "ssm_groups"}
+
+
+def split_extent(x: LayerSpec) -> int:
+    """Size of `x`'s split dimension: the most pieces it can have (1: it does not split)."""
+    if x.kind not in SHARD_DIM:
+        return 1
+    if x.kind is LayerKind.ATTENTION:
+        return 1 if x.qk_norm else (x.kv_heads or x.heads)
+    return max(int(getattr(x, SHARD_DIM[x.kind])), 1)
 
 
 def shardable(x: LayerSpec) -> bool:
-    return x.kind in SHARD_DIM and x.shards == 1
+    return split_extent(x) > 1 and x.shards == 1
 
 
 def shard_span(x: LayerSpec) -> tuple[int, int]:
     """[lo, hi) of the split dimension that piece `x.shard` of `x.shards` holds."""
-    n = getattr(x, SHARD_DIM[x.kind]) if x.kind in SHARD_DIM else 1
+    n = split_extent(x)
     return n * x.shard // x.shards, n * (x.shard + 1) // x.shards
 
 
@@ -55,7 +74,7 @@ def carry_width(x: LayerSpec) -> int:
     """Width per token of what a piece that is not the last hands to the next piece."""
     if x.kind is LayerKind.HEAD:
         return x.hidden + 2
-    if x.kind is LayerKind.MLP:
+    if x.kind in (LayerKind.MLP, LayerKind.ATTENTION, LayerKind.MAMBA2):
         return 2 * x.hidden
     if x.kind is LayerKind.MOE:
         return 2 * x.hidden + x.experts
@@ -67,9 +86,10 @@ def shard_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
     if k == 1:
         return (x,)
     if not shardable(x):
-        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split; shardable kinds: "
+        why = " (its QK-norm weights are shared by every head)" if x.kind is LayerKind.ATTENTION else ""
+        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split{why}; shardable kinds: "
                           f"{', '.join(k.value for k in SHARD_DIM)}")
-    n = getattr(x, SHARD_DIM[x.kind])
+    n = split_extent(x)
     if not 1 <= k <= n:
         raise ConfigError(f"layer {x.label}: {k} pieces; its {SHARD_DIM[x.kind]}={n} allows 1 to {n}")
     return tuple(replace(x, name=f"{x.label}[{j}/{k}]", shard=j, shards=k) for j in range(k))

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import SHARD_DIM
+from octopipe.model.shard import SHARD_DIM, split_extent
 from octopipe.model.spec import ModelSpec
 
 ACTIVATIONS = ("swiglu", "gelu", "relu2")
@@ -68,8 +68,9 @@ def validate_layer(x: LayerSpec, where: str = "layer") -> LayerSpec:
         if k not in SHARD_DIM:
             _fail(where, "shards", x.shards, f"{k.value} layers do not split; shardable: "
                   f"{', '.join(d.value for d in SHARD_DIM)}")
-        if x.shards > getattr(x, SHARD_DIM[k]):
-            _fail(where, "shards", x.shards, f"exceeds {SHARD_DIM[k]}={getattr(x, SHARD_DIM[k])}")
+        if x.shards > split_extent(x):
+            _fail(where, "shards", x.shards, f"exceeds {SHARD_DIM[k]}={split_extent(x)}"
+                  + (" (QK-norm attention does not split)" if x.qk_norm else ""))
     if k is LayerKind.MAMBA2 and x.ssm_heads % x.ssm_groups:
         _fail(where, "ssm_groups", x.ssm_groups, f"must divide ssm_heads={x.ssm_heads}")
     return x

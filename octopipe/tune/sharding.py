@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from octopipe.cost.table import CostTable
-from octopipe.model.shard import SHARD_DIM, choose_counts, shard_map, shard_model, shardable
+from octopipe.model.shard import choose_counts, shard_map, shard_model, shardable, split_extent
 from octopipe.model.spec import ModelSpec
 
 MAX_ROW_PIECES = 8
@@ -48,9 +48,10 @@ class LayerSharder:
 
 
 def model_sharder(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSharder:
-    """Shard `model`'s HEAD, MLP and MoE layers; `costs_of` prices the sharded model."""
+    """Shard `model`'s HEAD, MLP, MoE, attention and Mamba-2 layers; `costs_of` prices the sharded
+    model."""
     ok = tuple(shardable(x) for x in model.layers)
-    cap = tuple(getattr(x, SHARD_DIM[x.kind]) if x.kind in SHARD_DIM else 1 for x in model.layers)
+    cap = tuple(split_extent(x) for x in model.layers)
     return LayerSharder(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
 
 

@@ -1,4 +1,6 @@
 """Sub-layer sharding: pieces add up to the layer (parameters, FLOPs), bad shards are refused."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -16,28 +18,35 @@ LAYERS = (
     LayerSpec(LayerKind.MLP, H, ffn=171, activation="swiglu", bias=True),
     LayerSpec(LayerKind.MOE, H, experts=7, top_k=2, expert_ffn=32, shared_experts=1, shared_ffn=48),
     LayerSpec(LayerKind.MLP, H, ffn=100, activation="relu2"),
+    LayerSpec(LayerKind.MAMBA2, H, ssm_heads=8, ssm_head_dim=8, ssm_state=16, ssm_groups=4,
+              conv_kernel=4, ssm_chunk=32),
+    LayerSpec(LayerKind.ATTENTION, H, heads=6, kv_heads=6, head_dim=8, bias=True),
     LayerSpec(LayerKind.HEAD, H, name="head", vocab=1000),
 )
+QK_NORM = LayerSpec(LayerKind.ATTENTION, H, heads=4, kv_heads=2, head_dim=16, qk_norm=True)
+DIM = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn", LayerKind.MOE: "experts",
+       LayerKind.ATTENTION: "kv_heads", LayerKind.MAMBA2: "ssm_groups"}
 MODEL = ModelSpec("toy", LAYERS, seq_len=256, micro_batch_size=2, vocab=1000)
 
 
-@pytest.mark.parametrize("index", [2, 3, 4, 5])
+@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7])
 @pytest.mark.parametrize("k", [2, 3, 7])
 def test_pieces_cover_the_sharded_dimension_and_add_up(index, k):
     x = LAYERS[index]
+    dim = getattr(x, DIM[x.kind])
+    k = min(k, dim)
     pieces = shard_layer(x, k)
     spans = [shard_span(p) for p in pieces]
     assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
-    dim = {LayerKind.HEAD: x.vocab, LayerKind.MLP: x.ffn, LayerKind.MOE: x.experts}[x.kind]
     assert spans[-1][1] == dim
     assert sum(layer_params(p) for p in pieces) == layer_params(x)
     assert abs(sum(layer_params(p, active=True) for p in pieces) - layer_params(x, active=True)) <= k
 
 
 def test_sharded_model_keeps_parameters_and_flops():
-    counts = {2: 3, 3: 2, 5: 4}
+    counts = {1: 2, 2: 3, 3: 2, 5: 4, 6: 3, 7: 4}
     sm = validate_model(shard_model(MODEL, counts))
-    assert sm.n_layers == MODEL.n_layers + 2 + 1 + 3
+    assert sm.n_layers == MODEL.n_layers + 1 + 2 + 1 + 3 + 2 + 3
     assert model_params(sm) == model_params(MODEL)
     cl = cluster_from_config({"name": "x", "nodes": 1, "gpus_per_node": 2, "device": "H100-SXM"})
     whole, sharded = AnalyticCostModel().table(MODEL, cl), AnalyticCostModel().table(sm, cl)
@@ -54,15 +63,21 @@ def test_sharded_model_keeps_parameters_and_flops():
 
 
 def test_bad_shards_are_refused():
-    with pytest.raises(ConfigError, match="cannot be split"):
-        shard_layer(LAYERS[1], 2)
+    with pytest.raises(ConfigError, match="cannot be split .its QK-norm"):
+        shard_layer(QK_NORM, 2)
+    with pytest.raises(ConfigError, match="kv_heads=2 allows 1 to 2"):
+        shard_layer(LAYERS[1], 3)
+    with pytest.raises(ConfigError, match="ssm_groups=4 allows 1 to 4"):
+        shard_layer(LAYERS[5], 8)
     with pytest.raises(ConfigError, match="experts=7 allows 1 to 7"):
         shard_layer(LAYERS[3], 8)
     with pytest.raises(ConfigError, match="layer 9 does not exist"):
         shard_model(MODEL, {9: 2})
     with pytest.raises(ConfigError, match="shards"):
         validate_model(ModelSpec("bad", (LayerSpec(LayerKind.ATTENTION, H, heads=4, kv_heads=2,
-                                                   head_dim=16, shards=2),), 16))
+                                                   head_dim=16, shards=3),), 16))
+    with pytest.raises(ConfigError, match="QK-norm attention does not split"):
+        validate_model(ModelSpec("bad", (replace(QK_NORM, shards=2),), 16))
 
 
 def test_choose_counts_shards_only_heavy_shardable_layers():

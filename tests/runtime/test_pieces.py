@@ -6,8 +6,10 @@ import torch
 
 from octopipe.layers import build_layer, carry_shape
 from octopipe.layers.batch import microbatch
+from octopipe.layers.attention import Attention
 from octopipe.layers.io import Head
 from octopipe.layers.mlp import MLP, MoE
+from octopipe.layers.ssm import Mamba2
 from octopipe.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
@@ -33,11 +35,16 @@ WHOLE = {
     "mlp_gelu_bias": LayerSpec(K.MLP, H, ffn=38, activation="gelu", bias=True),
     "moe_shared": LayerSpec(K.MOE, H, experts=5, top_k=2, expert_ffn=12, shared_experts=1, shared_ffn=10),
     "moe_top3": LayerSpec(K.MOE, H, experts=7, top_k=3, expert_ffn=8, activation="relu2"),
+    "attention_gqa_bias": LayerSpec(K.ATTENTION, H, heads=6, kv_heads=3, head_dim=4, bias=True),
+    "attention_sliding": LayerSpec(K.ATTENTION, H, heads=4, kv_heads=4, head_dim=6, window=5),
+    "mamba2": LayerSpec(K.MAMBA2, H, ssm_heads=6, ssm_head_dim=4, ssm_state=5, ssm_groups=3,
+                        ssm_chunk=4),
 }
 
 
 def whole_module(spec: LayerSpec):
-    return {K.HEAD: lambda: Head(spec, spec.vocab), K.MLP: lambda: MLP(spec), K.MOE: lambda: MoE(spec)}[spec.kind]()
+    return {K.HEAD: lambda: Head(spec, spec.vocab), K.MLP: lambda: MLP(spec), K.MOE: lambda: MoE(spec),
+            K.ATTENTION: lambda: Attention(spec), K.MAMBA2: lambda: Mamba2(spec)}[spec.kind]()
 
 
 def run_chain(modules, x, batch, probe):
@@ -91,10 +98,15 @@ def test_load_pieces_rejects_pieces_of_another_layer():
         load_pieces(MLP(LayerSpec(K.MLP, H, ffn=40, activation="relu2")), pieces)
 
 
+SHARDS = {1: 2, 2: 2, 3: 2, 4: 2, 10: 3}
+
+
 def sharded_hybrid():
-    """tiny.hybrid with its relu2 MLP and its MoE in 2 pieces and its head in 3 (15 layers)."""
+    """tiny.hybrid with its Mamba-2, relu2 MLP, sliding attention and MoE in 2 pieces and its
+    head in 3 (17 layers: embedding 0, Mamba-2 1-2, MLP 3-4, attention 5-6, MoE 7-8, ..., head
+    14-16)."""
     model = tiny.hybrid()
-    return model, shard_model(model, {2: 2, 4: 2, 10: 3})
+    return model, shard_model(model, SHARDS)
 
 
 def test_sharded_model_starts_from_the_unsharded_weights_and_carries_the_predicted_shapes():
@@ -108,7 +120,8 @@ def test_sharded_model_starts_from_the_unsharded_weights_and_carries_the_predict
     for j in range(sharded.n_layers):
         x = build_layer(sharded, j)(x, batch)
         assert tuple(x.shape) == carry_shape(sharded, j), sharded.layers[j].label
-    assert carry_shape(sharded, 12) == (2, 16, H_TINY + 2) and carry_shape(sharded, 5) == (2, 16, 2 * H_TINY + 4)
+    assert carry_shape(sharded, 14) == (2, 16, H_TINY + 2) and carry_shape(sharded, 7) == (2, 16, 2 * H_TINY + 4)
+    assert carry_shape(sharded, 1) == carry_shape(sharded, 5) == (2, 16, 2 * H_TINY)
 
 
 
@@ -127,14 +140,19 @@ def _pipeline_case(table, partition):
     got = execute(tiny.job(sharded, partition, table, timeout_s=60))
     ref = reference_run(model, m)
     assert got.losses[0] == pytest.approx(ref.losses[0], rel=RTOL)
-    assert max_rel_err(got.grads, shard_state_dict(sharded, ref.grads)) <= RTOL
     assert max_rel_err(got.grads, reference_run(sharded, m).grads) <= RTOL
+    # against the whole model each tensor is compared at RTOL of its norm, or of 1e-3 where its
+    # norm is smaller: Mamba-2's A_log gradient here is ~2e-7 (dt is ~1e-2), a sum of cancelling
+    # terms whose fp32 rounding differs by ~3e-11 once the heads' partial sums are regrouped
+    want = shard_state_dict(sharded, ref.grads)
+    for name, g in got.grads.items():
+        assert float((g - want[name]).norm()) <= RTOL * max(float(want[name].norm()), 1e-3), name
 
 
-def test_pipeline_1f1b_on_three_ranks_cuts_inside_sharded_layers_and_equals_the_whole_model():
+def test_pipeline_1f1b_on_three_ranks_cuts_inside_sharded_mixers_and_equals_the_whole_model():
     from octopipe.schedule.library import build_schedule
-    # cuts: between the MLP's pieces (2|3) and the MoE's (5|6)
-    _pipeline_case(build_schedule("1f1b", 3, 3), ((0, 3), (3, 6), (6, 15)))
+    # cuts: between the Mamba-2's pieces (1|2) and the attention's (5|6)
+    _pipeline_case(build_schedule("1f1b", 3, 3), ((0, 2), (2, 6), (6, 17)))
 
 
 def test_pipeline_zero_bubble_v_with_split_backward_cuts_inside_the_moe_and_the_head():
@@ -143,8 +161,9 @@ def test_pipeline_zero_bubble_v_with_split_backward_cuts_inside_the_moe_and_the_
     table = build_schedule("zbv", 2, 4)
     kinds = {a.kind for row in table.rows for a in row if a is not None}
     assert {ActionKind.I, ActionKind.W} <= kinds and table.placement == (0, 1, 1, 0)
-    # cuts: MoE 5|6 and head 12|13 (the head's last two pieces sit on rank 0, its first on rank 1)
-    _pipeline_case(table, ((0, 6), (6, 10), (10, 13), (13, 15)))
+    # cuts: MLP 3|4, MoE 7|8 and head 14|15 (the head's last two pieces sit on rank 0, its first
+    # on rank 1)
+    _pipeline_case(table, ((0, 4), (4, 8), (8, 15), (15, 17)))
 
 
 def test_a_plan_with_meta_shards_runs_the_sharded_model():
@@ -152,6 +171,6 @@ def test_a_plan_with_meta_shards_runs_the_sharded_model():
     from octopipe.schedule.library import build_schedule
     model, sharded = sharded_hybrid()
     table = build_schedule("1f1b", 2, 2)
-    plan = Plan(uniform_partition(sharded.n_layers, 2), table, meta={"shards": {"2": 2, "4": 2, "10": 3}})
+    plan = Plan(uniform_partition(sharded.n_layers, 2), table, meta={"shards": {str(k): n for k, n in SHARDS.items()}})
     assert plan_model(model, plan) == sharded
     assert plan_model(model, Plan(uniform_partition(model.n_layers, 2), table)) is model
