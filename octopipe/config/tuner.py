@@ -53,9 +53,9 @@ class TunerConfig:
     polish_work: int = setting(100_000, "actions the polish's simulations may run in all (a large "
                                         "table gets fewer simulations)", ge=1)
     shard_layers: Literal["auto", "force", "off"] = setting(
-        "auto", "shard HEAD/MLP/MoE layers (cut into pieces). auto: of no shards and pieces "
-                "capped at 1, 1/2, 1/4 of shard_share, the one with the best bound (fewest "
-                "pieces within 1%); "
+        "auto", "shard head, MLP, MoE, attention and Mamba-2 layers (cut into pieces). auto: of "
+                "no shards and pieces capped at 1, 1/2, 1/4 of shard_share, the one with the best "
+                "bound (fewest pieces within 1%); "
                 "force: every layer heavier than shard_share; off: whole layers only")
     shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)

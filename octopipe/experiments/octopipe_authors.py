@@ -42,7 +42,7 @@ from octopipe.errors import ConfigError
 from octopipe.experiments import octopipe_authors_report as report
 from octopipe.experiments.octopipe_authors_gate import gated_makespan
 from octopipe.experiments.octopipe_authors_results import Case, CheckRow, Outcome, Results
-from octopipe.model.shard import SHARD_DIM
+from octopipe.model.layer import LayerKind
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Result
 from octopipe.plan import Partition, Plan, uniform_partition
@@ -55,6 +55,8 @@ from octopipe.tune.bounds import device_bound, lower_bound
 from octopipe.tune.candidate import Problem
 from octopipe.tune.sharding import row_sharder
 
+# layer kinds a profile row may split by (rows carry no head or group counts)
+ROW_SPLIT_KINDS = frozenset(k.value for k in (LayerKind.HEAD, LayerKind.MLP, LayerKind.MOE))
 BASELINES = ("s1f1b", "interleaved", "zbh1", "s1f1b_balanced", "zbh1_balanced")
 
 
@@ -119,9 +121,10 @@ def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float
 def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     """Which profile rows may split and the share of each that cannot.
 
-    A row may split when one of its label parts is an MLP, MoE or LM head (`octopipe.model.shard`
-    splits those exactly); the other parts (attention, Mamba, embedding) stay whole with the
-    first piece. Shares come from the type means of F + B (`type_means`), so a GPT block with
+    A row may split when one of its label parts is an MLP, MoE or LM head (`ROW_SPLIT_KINDS`:
+    their split dimensions are wide enough for any piece count); the other parts (attention,
+    Mamba, embedding) stay whole with the first piece: a profile row does not say how many
+    key/value heads or Mamba groups it has, so it cannot say how many pieces they allow. Shares come from the type means of F + B (`type_means`), so a GPT block with
     the head folded in (`T+H`) keeps mean(T) whole and splits the inferred head time.
     """
     kinds = {**DEFAULT_LABEL_KINDS, **dict(profile.label_kinds)}
@@ -131,7 +134,7 @@ def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     ok, fixed = [], []
     for lab in labels:
         parts = label_parts(lab) if lab else ()
-        shardable = [p for p in parts if kinds.get(p) in {k.value for k in SHARD_DIM}]
+        shardable = [p for p in parts if kinds.get(p) in ROW_SPLIT_KINDS]
         if not shardable or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
             ok.append(False)
             fixed.append(0.0)

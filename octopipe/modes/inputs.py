@@ -15,7 +15,7 @@ from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
-from octopipe.model.shard import SHARD_DIM
+from octopipe.model.shard import shardable, split_extent
 from octopipe.model.spec import ModelSpec
 from octopipe.tune.sharding import LayerSharder, model_sharder, row_sharder
 
@@ -37,7 +37,8 @@ def sharder_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
         model = model_for_file_cost(cost, model)
     if costs.n_layers != model.n_layers:
         return None
-    return row_sharder(costs, [x.kind in SHARD_DIM for x in model.layers])
+    return row_sharder(costs, [shardable(x) for x in model.layers],
+                       max_pieces=[split_extent(x) for x in model.layers])
 
 
 @dataclass(frozen=True)

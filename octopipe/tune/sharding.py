@@ -1,9 +1,10 @@
 """The planner's fourth lever: shard layers heavier than a device's share (cut them into pieces).
 
 No partition can beat its heaviest layer: at 16 or 32 stages an LM head or an MoE layer holds
-more than one device's even share of the work. `octopipe.model.shard` defines exact pieces (a
-vocabulary-split head, an FFN-width-split MLP, an expert-split MoE); this module decides how many
-pieces each heavy layer gets and supplies the CostTable of the sharded model, either from the model
+more than one device's even share of the work, and at 32 stages whole attention and Mamba layers
+cap how many chunks a device can hold. `octopipe.model.shard` defines exact pieces (a
+vocabulary-split head, an FFN-width-split MLP, an expert-split MoE, attention split by key/value
+heads, Mamba-2 by groups); this module decides how many pieces each heavy layer gets and supplies the CostTable of the sharded model, either from the model
 (analytic costs: exact per piece) or by dividing a measured row evenly (profile files, whose
 per-piece times are not measured: an assumption the plan reports).
 """
@@ -55,12 +56,14 @@ def model_sharder(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) 
     return LayerSharder(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
 
 
-def row_sharder(costs: CostTable, may_shard: Sequence[bool],
-                fixed: Sequence[float] | None = None) -> LayerSharder:
-    """Shard measured rows (at most `MAX_ROW_PIECES` pieces per row); `fixed[i]` is the share of
-    row i that cannot split (a composite's attention part) and stays with its first piece."""
+def row_sharder(costs: CostTable, may_shard: Sequence[bool], fixed: Sequence[float] | None = None,
+                max_pieces: Sequence[int] | None = None) -> LayerSharder:
+    """Shard measured rows (at most `MAX_ROW_PIECES` pieces per row, and `max_pieces[i]` where
+    the row's layer is known); `fixed[i]` is the share of row i that cannot split (a composite's
+    attention part) and stays with its first piece."""
     ok = tuple(bool(x) for x in may_shard)
-    return LayerSharder(ok, tuple(MAX_ROW_PIECES if x else 1 for x in ok),
+    cap = max_pieces if max_pieces is not None else [MAX_ROW_PIECES] * len(ok)
+    return LayerSharder(ok, tuple(min(MAX_ROW_PIECES, int(c)) if x else 1 for x, c in zip(ok, cap)),
                          lambda counts: shard_rows(costs, counts, fixed), "rows")
 
 

@@ -101,3 +101,12 @@ def test_shard_modes_force_and_off_and_bad_values():
         tune(costs, cl, 4, 8, TuneOptions({**CFG, "shard_layers": "always"}, sharder=sp))
     with pytest.raises(ConfigError, match="tuner.shard_share"):
         tune(costs, cl, 4, 8, TuneOptions({**CFG, "shard_share": 0}, sharder=sp))
+
+
+def test_row_sharder_caps_pieces_at_the_layers_split_extent():
+    costs = head_heavy()
+    work = np.asarray((costs.f + costs.i + costs.w)[:, 0])
+    uncapped = row_sharder(costs, [True] * 9).counts(work, 4, 0.1)
+    assert max(uncapped.values()) > 2
+    capped = row_sharder(costs, [True] * 9, max_pieces=[2] * 9).counts(work, 4, 0.1)
+    assert set(capped) == set(uncapped) and set(capped.values()) == {2}
