@@ -49,7 +49,7 @@ from octopipe.tune.freeze import to_plan
 from octopipe.tune.levers import Levers, reference
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
-from octopipe.tune.search import SearchConfig, SearchOutcome, fmt_bytes, search
+from octopipe.tune.search import SearchConfig, SearchOutcome, fmt_bytes, iter_seed_candidates, search
 from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
 from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
@@ -192,13 +192,16 @@ def layers_to_search(st: TuneState, sharder: LayerSharder | None
     pieces) and their provenance for the plans' meta."""
     cfg, whole = st.cfg, st.whole
     problem, counts = whole, {}
+    choice: list[dict] = []
     if sharder is not None and cfg.shard_layers == "auto":
-        problem, counts = _choose_shards(whole, sharder, cfg.shard_share)
+        problem, counts, choice = _choose_shards(whole, sharder, cfg.shard_share, cfg.max_chunks)
     elif sharder is not None and cfg.shard_layers == "force":
         counts = sharder.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.shard_share)
         problem = _shard_problem(whole, sharder, counts)
     meta = {"shard_names": {int(k): whole.costs.layer_names[k] for k in counts},
             "shard_costs": sharder.source} if counts else {}
+    if len(choice) > 1:
+        meta["shard_choice"] = choice
     return problem, {int(k): int(v) for k, v in counts.items()}, meta
 
 
@@ -503,13 +506,18 @@ def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Probl
                          whole.n_microbatches, whole.semantics, whole.act_budget, whole.contention)
 
 
-def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
-                  gain: float = 0.01) -> tuple[Problem, dict]:
-    """The split worth searching: of `sharder.options`, the fewest pieces whose bound is within
-    `gain` of the lowest. A split's bound is the larger of its layer bound (the heaviest piece
-    with the fill before it and the drain after it) and its pieces packed onto the devices (LPT),
-    so both kinds of gap count: an LM head heavier than a device's share, and 26 equal MoE
-    layers on 8 devices, where one device must take 4 (23% over the share; thirds: 2.6%)."""
+def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float, max_chunks: int,
+                   gain: float = 0.01) -> tuple[Problem, dict, list[dict]]:
+    """The split worth searching, of `sharder.options`, and how each option scored.
+
+    A split's bound is the larger of its layer bound (the heaviest piece with the fill before it
+    and the drain after it) and its pieces packed onto the devices (LPT), so both kinds of gap
+    count: an LM head heavier than a device's share, and 26 equal MoE layers on 8 devices, where
+    one device must take 4 (23% over the share; thirds: 2.6%). Options within `gain` of the
+    lowest bound tie on it; the bound does not see the fill and drain of a deep pipeline, which
+    smaller pieces shorten (more, smaller chunks per device), so a tie goes to the option whose
+    best starting point (`iter_seed_candidates`, split backward, estimated) is shortest, then to
+    the fewest pieces. The estimates are a fixed set per option: the same choice at any load."""
     D, M = whole.n_devices, whole.n_microbatches
     work = whole.layer_work().min(axis=1)
     scored = []
@@ -518,8 +526,23 @@ def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float,
         bound = max(layer_bound(pb), M * packed_max(pb.layer_work().min(axis=1), D))
         scored.append((bound, sum(counts.values()), pb, counts))
     best = min(b for b, _, _, _ in scored)
-    _, _, pb, counts = min((s for s in scored if s[0] <= best * (1 + gain)), key=lambda s: s[1])
-    return pb, counts
+    near = [x for x in scored if x[0] <= best * (1 + gain)]
+    seeds = {x[1]: _best_seed(x[2], max_chunks) for x in near} if len(near) > 1 else {}
+    _, _, pb, counts = min(near, key=lambda x: (seeds.get(x[1], 0.0), x[1]))
+    info = [{"pieces": n, "bound_s": b, **({"best_start_s": seeds[n]} if n in seeds else {})}
+            for b, n, _, _ in scored]
+    return pb, counts, info
+
+
+def _best_seed(problem: Problem, max_chunks: int) -> float:
+    """The shortest estimate among `problem`'s split-backward starting points."""
+    best = math.inf
+    for c in iter_seed_candidates(problem, max_chunks):
+        if c.split_backward:
+            v = problem.estimate_makespan(c, best)
+            if v < best:                # NaN: stopped early, above `best`
+                best = v
+    return best
 
 
 def _on_shards(cand: Candidate, counts: dict) -> Candidate:
