@@ -55,7 +55,8 @@ class TunerConfig:
     shard_layers: Literal["auto", "force", "off"] = setting(
         "auto", "shard head, MLP, MoE, attention and Mamba-2 layers (cut into pieces). auto: of "
                 "no shards and pieces capped at 1, 1/2, 1/4 of shard_share, the one with the best "
-                "bound (fewest pieces within 1%); "
+                "bound (of those within 1% of it, the one whose best starting point the estimator "
+                "rates shortest, then the fewest pieces); "
                 "force: every layer heavier than shard_share; off: whole layers only")
     shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)
