@@ -3,10 +3,9 @@ them in a value), the simulator's flat-array inner loops excepted, each named be
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("octopipe", "solvers")
+from tests.package_sources import modules, tree
+
 MAX_PARAMETERS = 8
 
 # "module.function" -> why its long list is the point (flat arrays for an inner loop). Keep the
@@ -17,30 +16,25 @@ ALLOWED: dict[str, str] = {}
 def _functions() -> dict[str, int]:
     """'module.[Class.]function' -> parameter count (self and cls not counted)."""
     out: dict[str, int] = {}
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            mod = ".".join(parts)
 
-            def visit(node: ast.AST, prefix: str) -> None:
-                for child in ast.iter_child_nodes(node):
-                    if isinstance(child, ast.ClassDef):
-                        visit(child, f"{prefix}{child.name}.")
-                    elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        a = child.args
-                        n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
-                             + bool(a.vararg) + bool(a.kwarg))
-                        first = (a.posonlyargs + a.args)[:1]
-                        if first and first[0].arg in ("self", "cls"):
-                            n -= 1
-                        out[f"{mod}.{prefix}{child.name}"] = n
-                        visit(child, f"{prefix}{child.name}.")
-                    else:
-                        visit(child, prefix)
+    def visit(mod: str, node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(mod, child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                     + bool(a.vararg) + bool(a.kwarg))
+                first = (a.posonlyargs + a.args)[:1]
+                if first and first[0].arg in ("self", "cls"):
+                    n -= 1
+                out[f"{mod}.{prefix}{child.name}"] = n
+                visit(mod, child, f"{prefix}{child.name}.")
+            else:
+                visit(mod, child, prefix)
 
-            visit(ast.parse(path.read_text()), "")
+    for mod in modules():
+        visit(mod, tree(mod), "")
     return out
 
 

@@ -4,10 +4,8 @@ dependencies, each with its reason on the line."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("octopipe", "solvers")
+from tests.package_sources import PACKAGES, modules, source, tree
 
 # Layers, bottom first: a module may import modules of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -30,18 +28,9 @@ LAZY_OK = ("matplotlib", "highspy", "torch", "transformers", "rich", "hydra", "p
            "networkx", "psutil", "py_spy", "ctypes", "cffi")
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in (ROOT / pkg).rglob("*.py"):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out[".".join(parts)] = p
-    return out
-
-
-MODULES = _modules()
+MODULES = modules()
+SOURCES = {mod: source(mod) for mod in MODULES}
+TREES = {mod: tree(mod) for mod in MODULES}
 
 
 def _targets(mod: str, node: ast.AST, is_pkg: bool) -> list[str]:
@@ -57,19 +46,30 @@ def _targets(mod: str, node: ast.AST, is_pkg: bool) -> list[str]:
     return [target] + [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
 
 
+def _imports(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of `tree`, in `ast.walk` order, with whether a function holds it."""
+    out: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
+    for node, inside in todo:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append((node, inside))
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        todo.extend((child, inside) for child in ast.iter_child_nodes(node))
+    return out
+
+
+IMPORTS = {mod: _imports(tree) for mod, tree in TREES.items()}
+
+
 def _edges() -> dict[str, list[tuple[str, int, bool]]]:
     """module -> [(imported first-party module, line, inside a function)]."""
     edges: dict[str, list[tuple[str, int, bool]]] = {}
     for mod, path in MODULES.items():
-        tree = ast.parse(path.read_text())
-        inner = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
         out = []
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for t in _targets(mod, node, path.name == "__init__.py"):
-                    if t in MODULES and t != mod:
-                        out.append((t, node.lineno, id(node) in inner))
+        for node, inner in IMPORTS[mod]:
+            for t in _targets(mod, node, path.name == "__init__.py"):
+                if t in MODULES and t != mod:
+                    out.append((t, node.lineno, inner))
         edges[mod] = out
     return edges
 
@@ -147,8 +147,7 @@ def test_imports_point_down_the_flow():
 
 def _module_level_imports(mod: str) -> list[str]:
     path = MODULES[mod]
-    tree = ast.parse(path.read_text())
-    return [t for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+    return [t for node in TREES[mod].body if isinstance(node, (ast.Import, ast.ImportFrom))
             for t in _targets(mod, node, path.name == "__init__.py")]
 
 
@@ -167,22 +166,18 @@ def test_in_function_imports_are_lazy_heavy_dependencies_with_a_reason():
     sometimes needs torch may import the first-party module that brings it the same way."""
     bad = []
     for mod, path in MODULES.items():
-        lines = path.read_text().splitlines()
-        tree = ast.parse(path.read_text())
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = SOURCES[mod].splitlines()
+        for node, inner in IMPORTS[mod]:
+            if not inner:
                 continue
-            for node in ast.walk(fn):
-                if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                    continue
-                names = _targets(mod, node, path.name == "__init__.py")
-                first_party = getattr(node, "level", 0) > 0 or any(n.split(".")[0] in PACKAGES for n in names)
-                heavy = all(n.split(".")[0] in LAZY_OK for n in names)
-                if first_party and not getattr(node, "level", 0) and \
-                        all(_needs_torch(n) for n in names if n in MODULES):
-                    first_party, heavy = False, True      # a torch-only module, imported lazily
-                reason = "#" in lines[node.lineno - 1]
-                if first_party or not heavy or not reason:
-                    bad.append(f"{mod}:{node.lineno} {lines[node.lineno - 1].strip()}")
+            names = _targets(mod, node, path.name == "__init__.py")
+            first_party = getattr(node, "level", 0) > 0 or any(n.split(".")[0] in PACKAGES for n in names)
+            heavy = all(n.split(".")[0] in LAZY_OK for n in names)
+            if first_party and not getattr(node, "level", 0) and \
+                    all(_needs_torch(n) for n in names if n in MODULES):
+                first_party, heavy = False, True      # a torch-only module, imported lazily
+            reason = "#" in lines[node.lineno - 1]
+            if first_party or not heavy or not reason:
+                bad.append(f"{mod}:{node.lineno} {lines[node.lineno - 1].strip()}")
     assert not bad, "in-function imports that are not lazy heavy dependencies with a reason:\n" + \
         "\n".join(bad)

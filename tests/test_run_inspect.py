@@ -1,4 +1,5 @@
-"""`python -m octopipe.run mode=inspect`: the table, summary.json, and one-line errors (exit 2)."""
+"""`python -m octopipe.run mode=inspect`: the table, summary.json, and one-line errors (exit 2);
+through the CLI's main in this process, one refusal as a process."""
 import json
 import os
 import subprocess
@@ -14,11 +15,12 @@ from octopipe.io import CONF_DIR
 from octopipe.modes import inspect as inspect_mode
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
+from tests.reliability.cli import main_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(tmp_path, *args):
+def cli_process(tmp_path, *args):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "octopipe.run", *args, f"hydra.run.dir={out}"],
@@ -26,7 +28,16 @@ def cli(tmp_path, *args):
     return proc, out
 
 
-def test_inspect_nemotron_h_8b_writes_summary(tmp_path):
+@pytest.fixture
+def cli(capsys):
+    """`cli_process` through the CLI's main in this process (no interpreter and imports per run)."""
+    def run(tmp_path, *args):
+        out = tmp_path / "run"
+        return main_in_process([*args, f"hydra.run.dir={out}"], capsys), out
+    return run
+
+
+def test_inspect_nemotron_h_8b_writes_summary(tmp_path, cli):
     proc, out = cli(tmp_path, "mode=inspect", "model=nemotron_h_8b", "cluster=h100_1x8")
     assert proc.returncode == 0, proc.stderr
     assert "mamba2" in proc.stdout and "total" in proc.stdout
@@ -50,7 +61,7 @@ def one_line_error(proc, out):
 
 
 def test_unknown_preset_lists_the_valid_ones(tmp_path):
-    line = one_line_error(*cli(tmp_path, "mode=inspect", "model=llama9"))
+    line = one_line_error(*cli_process(tmp_path, "mode=inspect", "model=llama9"))
     assert "llama9" in line and "llama3_8b" in line and "nemotron_h_8b" in line
 
 
@@ -60,7 +71,7 @@ def test_unknown_preset_lists_the_valid_ones(tmp_path):
     ("model.layers=3", ["model.layers"]),
     ("model.pattern=M-Z", ["'Z'", "'M'=Mamba-2"]),
 ])
-def test_impossible_overrides_are_one_line(tmp_path, override, words):
+def test_impossible_overrides_are_one_line(tmp_path, cli, override, words):
     line = one_line_error(*cli(tmp_path, "mode=inspect", "model=nemotron_h_8b", override))
     for w in words:
         assert w in line

@@ -12,6 +12,7 @@ from octopipe.config.layout import LayoutConfig
 from octopipe.errors import ConfigError, InfeasibleError
 from octopipe.layout import Grid, Layout, enumerate_layouts, search, valid_tp
 from octopipe.model.build import build_model
+from tests.reliability.cli import main_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,11 +79,11 @@ def test_search_best_equals_exhaustive_best(name, gpus, gb):
     assert fast.best.iteration_s >= fast.best.lower_bound_s * (1 - 1e-9)
 
 
-def test_cli_layout_writes_summary_and_plan(tmp_path):
+def test_cli_layout_writes_summary_and_plan(tmp_path, capsys):
+    """The search through the CLI's main in this process; the refusal as a process."""
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=layout", "model=tiny_hybrid",
-                        "cluster=h100_1x8", "layout.gpus=4", "layout.global_batch=8", "layout.top=3",
-                        f"hydra.run.dir={out}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = main_in_process(["mode=layout", "model=tiny_hybrid", "cluster=h100_1x8", "layout.gpus=4",
+                         "layout.global_batch=8", "layout.top=3", f"hydra.run.dir={out}"], capsys)
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
     keys = {"tp", "pp", "dp", "micro_batch_size", "microbatches", "recompute", "iteration_s",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from octopipe import run as cli
@@ -14,8 +15,18 @@ BOOKKEEPING = {".hydra", "run.log", ".octopipe-run"}
 the marker that claimed the directory; anything else is a result file."""
 
 
-def run_in_process(argv: list[str], capsys) -> tuple[int, list[str]]:
-    """`python -m octopipe.run ARGV` in this process: its exit status and its stderr lines."""
+@dataclass(frozen=True)
+class Ran:
+    """What a run of the CLI's main in this process gave (the fields of a CompletedProcess)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def main_in_process(argv: list[str], capsys) -> Ran:
+    """`python -m octopipe.run ARGV` in this process (torch, Hydra and the forkserver already
+    up): its exit status, stdout and stderr."""
     old = sys.argv
     sys.argv = ["octopipe.run", *argv]
     try:
@@ -25,7 +36,14 @@ def run_in_process(argv: list[str], capsys) -> tuple[int, list[str]]:
         code = e.code
     finally:
         sys.argv = old
-    return code, capsys.readouterr().err.strip().splitlines()
+    out = capsys.readouterr()
+    return Ran(code, out.out, out.err)
+
+
+def run_in_process(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """`python -m octopipe.run ARGV` in this process: its exit status and its stderr lines."""
+    ran = main_in_process(argv, capsys)
+    return ran.returncode, ran.stderr.strip().splitlines()
 
 
 def run_process(argv: list[str], cwd: Path = ROOT, timeout: float = 240, **kw) -> subprocess.CompletedProcess:

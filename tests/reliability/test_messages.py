@@ -94,8 +94,9 @@ def test_compare_on_a_model_that_fits_nowhere_refuses_to_rank(tmp_path, capsys):
 
 
 def test_plan_s_memory_message_counts_the_activations(tmp_path, capsys):
+    # nothing fits, so the search runs to its wall-clock cap; the message is the model's sums
     line = fails(["mode=plan", "model=llama3_8b", "pp=8", "microbatches=8", "model.seq_len=131072",
-                  "tuner.time_budget_s=3"], tmp_path, capsys)
+                  "tuner.time_budget_s=1"], tmp_path, capsys)
     assert "activations" in line and "(plus activations)" not in line
     need, have = line.split(" GiB at least, against ")
     assert float(need.rsplit(" ", 1)[1]) > float(have.split(" GiB")[0])   # what it quotes does not fit

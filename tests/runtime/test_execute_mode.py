@@ -30,6 +30,7 @@ from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.plan_io import save_plan
 from octopipe.schedule.table import ScheduleTable
+from tests.reliability.cli import run_in_process
 
 
 def inputs(*overrides: str) -> Inputs:
@@ -39,16 +40,17 @@ def inputs(*overrides: str) -> Inputs:
         return Inputs(load(compose("config", overrides=["mode=execute", *overrides])))
 
 
-def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path):
+def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path, capsys):
     """1F1B and ZB-V side by side on 2 pinned ranks: each predicted from the calibration of its
-    own partition (1 and 2 stages per rank), both launched with the ranks on their cores."""
+    own partition (1 and 2 stages per rank), both launched with the ranks on their cores (through
+    the CLI's main in this process: `tests/reliability/cli.run_in_process`)."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
+    code, err = run_in_process(
+        ["mode=execute", "pp=2", "microbatches=2",
          "runtime.model=tiny_moe", "runtime.iterations=1", "runtime.warmup=1", "runtime.schedules=[1f1b,zbv]",
          "runtime.transport=ordered", "cost=profiled", "cost.repeats=1", "cost.warmup=0",
-         f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+         f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"], capsys)
+    assert code == 0, err[-20:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "tiny_moe" and summary["grad_check_max_rel_err"] <= 1e-5
     assert (summary["backend"], summary["transport"], summary["device"]) == ("gloo", "ordered", "cpu")
@@ -83,14 +85,13 @@ def test_unknown_runtime_choices_exit_with_one_line(tmp_path):
 @pytest.mark.parametrize("override,field", [("runtime.transport=fast", "runtime.transport='fast'"),
                                             ("runtime.device=tpu", "runtime.device='tpu'"),
                                             ("runtime.backend=nccl", "runtime.backend=nccl")])
-def test_bad_or_impossible_links_exit_with_one_line_naming_the_field(tmp_path, override, field):
+def test_bad_or_impossible_links_exit_with_one_line_naming_the_field(tmp_path, capsys, override, field):
     import torch
     if override == "runtime.backend=nccl" and torch.cuda.device_count() >= 2:
         pytest.skip("this machine has GPUs enough for NCCL")
-    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", override,
-                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-1000:]
-    assert field in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    code, err = run_in_process(["mode=execute", "pp=2", override, f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 2, err[-20:]
+    assert len(err) == 1 and field in err[0], err
 
 
 def test_runtime_pin_chooses_the_cores_or_none_and_rejects_other_values():
@@ -138,7 +139,7 @@ def test_emulated_eight_ranks_track_the_simulator():
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(n))
 
 
-def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path):
+def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path, capsys):
     """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
     mode=execute runs the sharded model and its gradients pass the check; runtime.pin=false leaves
     the ranks unpinned."""
@@ -150,13 +151,12 @@ def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path):
                 {"shards": {str(k): v for k, v in counts.items()}})      # cuts inside the head
     save_plan(plan, tmp_path / "plan.json")
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "octopipe.run", "mode=execute", "pp=2", "microbatches=2",
+    code, err = run_in_process(
+        ["mode=execute", "pp=2", "microbatches=2",
          "runtime.model=tiny_hybrid", f"schedule.file={tmp_path / 'plan.json'}", "runtime.iterations=1",
          "runtime.warmup=0", "runtime.calibrate=false", "runtime.pin=false", "cost=profiled", "cost.repeats=1",
-         "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"],
-        capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+         "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"], capsys)
+    assert code == 0, err[-20:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["shard_layers"] == {"11": 3, "2": 2}
     assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0

@@ -7,7 +7,7 @@ import pytest
 
 from octopipe.cost.table import CostTable
 from octopipe.plan import uniform_partition
-from octopipe.runtime.launch import execute
+from octopipe.runtime.launch import execute, process_context
 from octopipe.runtime.stage import max_rel_err, reference_run
 from octopipe.schedule.table import ScheduleTable, v_placement
 from tests.runtime import tiny
@@ -105,11 +105,9 @@ def test_many_random_tables_on_four_ranks_finish(dispatch):
 def test_ranks_keep_freed_memory_instead_of_page_faulting_it_in_every_iteration():
     """glibc maps every block above 128 KiB afresh by default; a rank asks it to keep the heap
     (`keep_heap`), which cut a rank's page faults ~450x on the tiny interleaved run. In a child
-    process (the setting is per process): a 4 MiB block freed and allocated again 50 times
-    faults its pages in at most a few times."""
-    import multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1) as pool:
+    process (the setting is per process; one from the runtime's forkserver, which never sets it):
+    a 4 MiB block freed and allocated again 50 times faults its pages in at most a few times."""
+    with process_context().Pool(1) as pool:
         applied, faults = pool.apply(_faults_after_keep_heap)
     if not applied:
         pytest.skip("not glibc: mallopt is unavailable")

@@ -19,7 +19,7 @@ from octopipe.errors import ConfigError
 from octopipe.measure.machine import local_cluster
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
-from octopipe.runtime.launch import execute
+from octopipe.runtime.launch import execute, process_context
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
 from octopipe.runtime.tensor_parallel import NONE, Round, agree, check_grid, free_port, layer_errors
@@ -81,8 +81,10 @@ def worker(t: int, port: int, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory):
+    """Both TP ranks from the runtime's forkserver (torch already imported there), not spawned."""
     out = str(tmp_path_factory.mktemp("tp"))
-    mp.start_processes(worker, args=(free_port(), out), nprocs=TP, start_method="spawn", join=True)
+    process_context()       # the forkserver's preload: torch and the runtime
+    mp.start_processes(worker, args=(free_port(), out), nprocs=TP, start_method="forkserver", join=True)
     return [torch.load(os.path.join(out, f"tp{t}.pt")) for t in range(TP)]
 
 

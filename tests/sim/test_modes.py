@@ -1,4 +1,5 @@
-"""mode=simulate, mode=compare and experiment=tabular through the CLI (subprocess; few, slow)."""
+"""mode=simulate, mode=compare and experiment=tabular through the CLI: its main in this process
+(`run`), and one refusal as a process (`_run`) for the one-line stderr of a real run."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.cli import main_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -16,8 +19,14 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
-def test_simulate_writes_its_artifacts(tmp_path):
-    p = _run(tmp_path, "mode=simulate", "model=tiny_hybrid", "schedule=1f1b", "pp=4", "microbatches=8",
+@pytest.fixture
+def run(capsys):
+    """`_run` through the CLI's main in this process (no interpreter and imports per run)."""
+    return lambda tmp_path, *args: main_in_process([*args, f"hydra.run.dir={tmp_path}"], capsys)
+
+
+def test_simulate_writes_its_artifacts(tmp_path, run):
+    p = run(tmp_path, "mode=simulate", "model=tiny_hybrid", "schedule=1f1b", "pp=4", "microbatches=8",
              "sim.jitter_cv=0.1", "sim.monte_carlo=4")
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -28,7 +37,7 @@ def test_simulate_writes_its_artifacts(tmp_path):
     assert any(e["ph"] == "s" for e in trace["traceEvents"])
     assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     plan = tmp_path / "plan.json"
-    again = _run(tmp_path / "again", "mode=simulate", "model=tiny_hybrid", f"schedule.file={plan}", "pp=4")
+    again = run(tmp_path / "again", "mode=simulate", "model=tiny_hybrid", f"schedule.file={plan}", "pp=4")
     assert again.returncode == 0, again.stderr
     s2 = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert s2["schedule"] == "1f1b" and s2["n_actions"] == s["n_actions"]
@@ -41,8 +50,8 @@ def test_simulate_rejects_ready_first_with_rendezvous_in_one_line(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and "sim.semantics=eager" in p.stderr
 
 
-def test_compare_ranks_schedules_at_three_levels(tmp_path):
-    p = _run(tmp_path, "mode=compare", "model=tiny_hybrid", "pp=4", "microbatches=8", "sim.seeds=2")
+def test_compare_ranks_schedules_at_three_levels(tmp_path, run):
+    p = run(tmp_path, "mode=compare", "model=tiny_hybrid", "pp=4", "microbatches=8", "sim.seeds=2")
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "summary.json").read_text())
     rows = {r["schedule"]: r for r in s["schedules"]}
@@ -56,8 +65,8 @@ def test_compare_ranks_schedules_at_three_levels(tmp_path):
 
 
 @pytest.mark.slow
-def test_tabular_experiment_reports_the_findings(tmp_path):
-    p = _run(tmp_path, "experiment=tabular", "experiment.stages=[8]", "experiment.microbatches=[8,64]")
+def test_tabular_experiment_reports_the_findings(tmp_path, run):
+    p = run(tmp_path, "experiment=tabular", "experiment.stages=[8]", "experiment.microbatches=[8,64]")
     assert p.returncode == 0, p.stderr
     f = json.loads((tmp_path / "summary.json").read_text())["findings"]
     assert f["gpipe_vs_1f1b"]["pairs_where_1f1b_has_lower_activation_peak"] == f["gpipe_vs_1f1b"]["pairs"]
@@ -68,8 +77,8 @@ def test_tabular_experiment_reports_the_findings(tmp_path):
     assert (tmp_path / "report.md").exists()
 
 
-def test_tabular_experiment_without_the_hanayo_point_of_chimera(tmp_path):
+def test_tabular_experiment_without_the_hanayo_point_of_chimera(tmp_path, run):
     """Stages that leave out the Hanayo point's Chimera run are reported, not a KeyError."""
-    p = _run(tmp_path, "experiment=tabular", "experiment.stages=[4]", "experiment.microbatches=[8]")
+    p = run(tmp_path, "experiment=tabular", "experiment.stages=[4]", "experiment.microbatches=[8]")
     assert p.returncode == 0, p.stderr
     assert "Chimera was not run at this point" in (tmp_path / "report.md").read_text()

@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from solvers.backend import SolverConfig
 from solvers.compare import run_experiment
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.reliability.cli import main_in_process
 
 
 def test_small_comparison_agrees_and_writes_artifacts(tmp_path):
@@ -26,12 +22,10 @@ def test_small_comparison_agrees_and_writes_artifacts(tmp_path):
     assert all(r["gap"] >= -1e-9 for r in rows if r["gap"] is not None)
 
 
-def test_mode_solvers_cli(tmp_path):
+def test_mode_solvers_cli(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=solvers",
-                           "solver.compare.small=true", "solver.compare.stages=[2]",
-                           f"hydra.run.dir={out}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = main_in_process(["mode=solvers", "solver.compare.small=true", "solver.compare.stages=[2]",
+                            f"hydra.run.dir={out}"], capsys)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "solvers" and summary["n_instances"] >= 1

@@ -4,8 +4,6 @@ from the synchronous run, resumes from an end-of-stream checkpoint, and bad inpu
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 from dataclasses import replace
 
@@ -86,19 +84,23 @@ def test_what_a_stream_cannot_train_is_refused_by_field():
 
 
 @pytest.mark.slow
-def test_mode_train_pipedream_front_door_and_resume(tmp_path):
+def test_mode_train_pipedream_front_door_and_resume(tmp_path, capsys, monkeypatch):
+    """Both runs through the CLI's main in this process (torch, the forkserver and Hydra already
+    up): the same front door as `python -m octopipe.run`, without an interpreter per run."""
+    monkeypatch.chdir(ROOT)
+
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", *SMALL, "schedule=pipedream",
-                               "train.check_reference=true", f"train.checkpoint_dir={tmp_path / 'ckpt'}", *args],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
-    r = cli("train.steps=3", "train.checkpoint_every=3", f"hydra.run.dir={tmp_path / 'a'}")
-    assert r.returncode == 0, r.stderr[-2000:]
+        return run_in_process(["mode=train", *SMALL, "schedule=pipedream", "train.check_reference=true",
+                               f"train.checkpoint_dir={tmp_path / 'ckpt'}", *args], capsys)
+    code, err = cli("train.steps=3", "train.checkpoint_every=3", f"hydra.run.dir={tmp_path / 'a'}")
+    assert code == 0, err[-20:]
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["plan"] == "pipedream" and s["asynchronous"]["flushes"] == 0
     assert s["asynchronous"]["stream_microbatches"] == 12 and s["asynchronous"]["versions_held"] == [2, 1]
     assert s["reference"].startswith("single-process replay") and s["reference_max_rel_err"] <= 1e-5
-    r = cli("train.steps=5", f"train.resume={tmp_path / 'ckpt' / 'step_000003'}", f"hydra.run.dir={tmp_path / 'b'}")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, err = cli("train.steps=5", f"train.resume={tmp_path / 'ckpt' / 'step_000003'}",
+                    f"hydra.run.dir={tmp_path / 'b'}")
+    assert code == 0, err[-20:]
     s = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert s["start_step"] == 3 and s["steps"] == 5 and s["reference_max_rel_err"] <= 1e-5
 

@@ -3,7 +3,6 @@ learning-rate schedule and checkpoint refusal: no processes."""
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,7 @@ from octopipe.train import checkpoint
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings, lr_at
 from octopipe.train.tokenizer import tokenize
+from tests.reliability.cli import run_in_process
 from tests.train.helpers import ROOT, gpt
 
 BAD = '''
@@ -134,13 +134,12 @@ def test_a_checkpoint_of_another_model_or_plan_is_refused_by_name(tmp_path):
         checkpoint.read_meta(tmp_path)
 
 
-def test_cli_bad_factory_exits_2_with_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", "model=module",
-                        "model.factory=nowhere.py:build", f"hydra.run.dir={tmp_path}"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["octopipe: error: model.factory='nowhere.py:build': file "
-                                             "nowhere.py does not exist"]
+def test_cli_bad_factory_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process(["mode=train", "model=module", "model.factory=nowhere.py:build",
+                                f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 2
+    assert err == ["octopipe: error: model.factory='nowhere.py:build': file nowhere.py does not exist"]
 
 
 def test_bpe_tokenizer_is_deterministic_and_within_the_vocabulary():

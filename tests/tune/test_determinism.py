@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.reliability.cli import main_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["mode=plan", "model=tiny_hybrid", "pp=4", "microbatches=8", "seed=3",
         "tuner.max_evaluations=600", "tuner.polish_sims=12"]
@@ -17,8 +19,10 @@ def _plan(out: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_same_plan_idle_and_beside_two_cpu_bound_processes(tmp_path):
-    idle = _plan(tmp_path / "idle")
+def test_same_plan_idle_and_beside_two_cpu_bound_processes(tmp_path, capsys):
+    """The idle run through the CLI's main in this process, the busy one a fresh process beside
+    the two hogs."""
+    idle = main_in_process([*ARGS, f"hydra.run.dir={tmp_path / 'idle'}"], capsys)
     assert idle.returncode == 0, idle.stderr
     hogs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
     try:

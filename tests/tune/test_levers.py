@@ -1,9 +1,6 @@
 """tuner.levers: every subset runs, a lever left out keeps S-1F1B's value, caller plans make the
 full search never worse than a subset, and a bad lever set is one line, exit 2."""
 import itertools
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,11 +9,11 @@ from octopipe.errors import ConfigError
 from octopipe.plan import Partition
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.sharding import row_sharder
+from tests.reliability.cli import run_in_process
 
 from .helpers import free_cluster
 from .test_tuner import hetero_costs
 
-ROOT = Path(__file__).resolve().parents[2]
 CFG = {"max_iters": 12, "patience": 4, "ilp": False, "max_evaluations": 150, "finalists": 2}
 
 
@@ -49,9 +46,8 @@ def test_bad_lever_sets_are_config_errors(levers):
         TunerConfig(levers=levers)
 
 
-def test_cli_unknown_lever_is_one_line_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "model=tiny_hybrid", "pp=2",
-                           "tuner.levers=[partition,gears]"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2
-    assert len(proc.stderr.strip().splitlines()) == 1 and "tuner.levers" in proc.stderr
+def test_cli_unknown_lever_is_one_line_exit_2(tmp_path, capsys):
+    code, err = run_in_process(["model=tiny_hybrid", "pp=2", "tuner.levers=[partition,gears]",
+                                f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 2
+    assert len(err) == 1 and "tuner.levers" in err[0], err

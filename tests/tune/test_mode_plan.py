@@ -6,17 +6,17 @@ from pathlib import Path
 
 from octopipe.schedule.plan_io import load_plan
 from octopipe.tune.report import report
+from tests.reliability.cli import main_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("speedup_vs_best_baseline", "best_baseline", "efficiency_vs_lower_bound", "tuner_seconds",
         "makespan_s", "throughput_tokens_per_s", "bubble_ratio", "peak_memory_bytes")
 
 
-def test_mode_plan_cli(tmp_path):
+def test_mode_plan_cli(tmp_path, capsys):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "octopipe.run", "mode=plan", "model=tiny_hybrid", "pp=2",
-           "microbatches=4", "tuner.time_budget_s=3", f"hydra.run.dir={out}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = main_in_process(["mode=plan", "model=tiny_hybrid", "pp=2", "microbatches=4", "tuner.time_budget_s=3",
+                            f"hydra.run.dir={out}"], capsys)
     assert proc.returncode == 0, proc.stderr
     for name in ("plan.json", "schedule.csv", "trace.json", "timeline.png", "report.md",
                  "history.json", "summary.json"):
@@ -40,14 +40,14 @@ def test_report_rejects_empty_dir(tmp_path):
     assert proc.returncode == 2 and "no mode=plan summary.json" in proc.stderr
 
 
-def test_sharded_plan_resimulates_through_mode_simulate(tmp_path):
+def test_sharded_plan_resimulates_through_mode_simulate(tmp_path, capsys):
     """A plan that shards layers names its pieces in plan.json, and mode=simulate prices the same
-    pieces when it replays the file: the makespans agree."""
+    pieces when it replays the file: the makespans agree (both runs through the CLI's main)."""
     base = ["model=tiny_hybrid", "pp=4", "microbatches=4"]
     out = tmp_path / "plan"
-    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=plan", *base, "tuner.time_budget_s=3",
-                           "tuner.shard_share=0.25", f"hydra.run.dir={out}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # the search stops at its wall-clock cap here; 1 s already finds the sharded plan
+    proc = main_in_process(["mode=plan", *base, "tuner.time_budget_s=1", "tuner.shard_share=0.25",
+                            f"hydra.run.dir={out}"], capsys)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     plan = load_plan(out / "plan.json")
@@ -55,9 +55,8 @@ def test_sharded_plan_resimulates_through_mode_simulate(tmp_path):
         assert plan.shards == \
             {int(k): v for k, v in summary["shard_layers"].items()}
     sim = tmp_path / "sim"
-    proc = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=simulate", *base,
-                           f"schedule.file={out / 'plan.json'}", f"hydra.run.dir={sim}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = main_in_process(["mode=simulate", *base, f"schedule.file={out / 'plan.json'}", f"hydra.run.dir={sim}"],
+                           capsys)
     assert proc.returncode == 0, proc.stderr
     replay = json.loads((sim / "summary.json").read_text())
     assert abs(replay["makespan_s"] - summary["makespan_s"]) <= 1e-9 * summary["makespan_s"]
