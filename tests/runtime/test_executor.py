@@ -9,7 +9,7 @@ from octopipe.cost.table import CostTable
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute, process_context
 from octopipe.runtime.stage import max_rel_err, reference_run
-from octopipe.schedule.table import ScheduleTable, v_placement
+from octopipe.schedule.table import v_placement
 from tests.runtime import tiny
 from tests.runtime.random_tables import random_table
 
