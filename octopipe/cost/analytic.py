@@ -228,17 +228,15 @@ def _piece_work(x: LayerSpec, s: int, n_tok: int, flash: bool) -> LayerWork:
         f = hi - lo
         gemm, act, w_act = _ffn_flops(h, f, x.activation), in_norm + _ffn_act(f, x.activation), 2.0 * h + 2.0 * f
     elif x.kind is LayerKind.ATTENTION:
-        heads = (hi - lo) * (x.heads // (x.kv_heads or x.heads))
+        heads = (hi - lo) * (x.heads // x.kv_heads)
         q, kv = heads * x.head_dim, (hi - lo) * x.head_dim
-        gemm, core, bwd = 2.0 * h * (q + 2 * kv) + 2.0 * q * h, 4.0 * q * _s_eff(x, s), 2.5
+        (gemm, core), bwd = _attention_flops(x, q, kv, s), 2.5
         base, scores = _attention_act(h, q, kv, heads, s, flash, False)
         act, w_act = base - 4.0 * h + in_norm, 2.0 * h + 2.0 * q
     elif x.kind is LayerKind.MAMBA2:
-        heads = x.ssm_heads * (hi - lo) // x.ssm_groups
-        d_in, gn = heads * x.ssm_head_dim, (hi - lo) * x.ssm_state
-        gemm = 2.0 * h * (2 * d_in + 2 * gn + heads) + 2.0 * d_in * h
-        core, bwd = 7.0 * d_in * x.ssm_state, 2.0
-        act, w_act = in_norm + 2.0 * (2 * d_in + 2 * gn + heads) + 2.0 * d_in, 2.0 * h + 2.0 * d_in
+        dims = _mamba2_dims(x, hi - lo)
+        (gemm, core), bwd = _mamba2_flops(x, *dims), 2.0
+        act, w_act = _mamba2_act(in_norm, *dims), 2.0 * h + 2.0 * dims[1]
     else:
         share = x.top_k * (hi - lo) / x.experts          # expected routed tokens per token
         gemm = share * _ffn_flops(h, x.expert_ffn, x.activation)
@@ -283,10 +281,10 @@ def _flops_per_token(x: LayerSpec, s: int) -> tuple[float, float, float]:
         return 2.0 * h * x.vocab, 0.0, 0.0
     if k in (LayerKind.ATTENTION, LayerKind.VIT_BLOCK):
         q, kv = x.heads * x.head_dim, x.kv_heads * x.head_dim
-        gemm = 2.0 * h * (q + 2 * kv) + 2.0 * q * h
+        gemm, core = _attention_flops(x, q, kv, s)
         if k is LayerKind.VIT_BLOCK:
             gemm += _ffn_flops(h, x.ffn, x.activation)
-        return gemm, 4.0 * q * _s_eff(x, s), 2.5
+        return gemm, core, 2.5
     if k is LayerKind.MLA:
         a, qk = x.heads, x.qk_nope_dim + x.qk_rope_dim
         q_path = (h * x.q_lora_rank + x.q_lora_rank * a * qk) if x.q_lora_rank else h * a * qk
@@ -297,9 +295,7 @@ def _flops_per_token(x: LayerSpec, s: int) -> tuple[float, float, float]:
         q = x.heads * x.head_dim
         return 2.0 * h * 4 * q + 2.0 * q * h, 4.0 * x.heads * x.head_dim ** 2, 2.0
     if k is LayerKind.MAMBA2:
-        d_in, gn = x.ssm_heads * x.ssm_head_dim, x.ssm_groups * x.ssm_state
-        gemm = 2.0 * h * (2 * d_in + 2 * gn + x.ssm_heads) + 2.0 * d_in * h
-        return gemm, 7.0 * d_in * x.ssm_state, 2.0
+        return (*_mamba2_flops(x, *_mamba2_dims(x, x.ssm_groups)), 2.0)
     if k is LayerKind.MAMBA1:
         d_in, r, n = x.ssm_heads * x.ssm_head_dim, x.dt_rank, x.ssm_state
         gemm = 2.0 * h * 2 * d_in + 2.0 * d_in * (r + 2 * n) + 2.0 * r * d_in + 2.0 * d_in * h
@@ -315,6 +311,30 @@ def _flops_per_token(x: LayerSpec, s: int) -> tuple[float, float, float]:
     if k is LayerKind.PROJECTOR:
         return 2.0 * x.in_hidden * x.ffn + 2.0 * x.ffn * h, 0.0, 0.0
     raise ValueError(f"no FLOP formula for layer kind {k}")
+
+
+def _attention_flops(x: LayerSpec, q: int, kv: int, s: int) -> tuple[float, float]:
+    """(GEMM, core) forward FLOPs per token of attention with `q` query and `kv` key/value
+    channels (the whole layer's or a piece's): Q, K, V and output projections; scores and
+    their product with V."""
+    return 2.0 * x.hidden * (q + 2 * kv) + 2.0 * q * x.hidden, 4.0 * q * _s_eff(x, s)
+
+
+def _mamba2_dims(x: LayerSpec, groups: int) -> tuple[int, int, int]:
+    """(heads, inner width, B/C width) of `groups` of a Mamba-2 layer's groups."""
+    heads = x.ssm_heads * groups // x.ssm_groups
+    return heads, heads * x.ssm_head_dim, groups * x.ssm_state
+
+
+def _mamba2_flops(x: LayerSpec, heads: int, d_in: int, gn: int) -> tuple[float, float]:
+    """(GEMM, core) forward FLOPs per token of those Mamba-2 heads: in- and out-projection, SSD."""
+    return 2.0 * x.hidden * (2 * d_in + 2 * gn + heads) + 2.0 * d_in * x.hidden, 7.0 * d_in * x.ssm_state
+
+
+def _mamba2_act(in_norm: float, heads: int, d_in: int, gn: int) -> float:
+    """Bytes per token those Mamba-2 heads store past the norm's `in_norm`: the in-projection's
+    output and the gated-norm input."""
+    return in_norm + 2.0 * (2 * d_in + 2 * gn + heads) + 2.0 * d_in
 
 
 def _attention_act(h: int, q: int, kv: int, heads: int, s: int, flash: bool,
@@ -361,9 +381,8 @@ def _activations(x: LayerSpec, s: int, flash: bool, dropout: bool) -> tuple[floa
         q = x.heads * x.head_dim
         return 4.0 * h + 12.0 * q + drop, 0.0, 2.0 * h + 2.0 * q
     if k is LayerKind.MAMBA2:
-        d_in, gn = x.ssm_heads * x.ssm_head_dim, x.ssm_groups * x.ssm_state
-        act = 4.0 * h + 2.0 * (2 * d_in + 2 * gn + x.ssm_heads) + 2.0 * d_in + drop
-        return act, 0.0, 2.0 * h + 2.0 * d_in
+        dims = _mamba2_dims(x, x.ssm_groups)
+        return _mamba2_act(4.0 * h, *dims) + drop, 0.0, 2.0 * h + 2.0 * dims[1]
     if k is LayerKind.MAMBA1:
         d_in = x.ssm_heads * x.ssm_head_dim
         act = 4.0 * h + 10.0 * d_in + 2.0 * (x.dt_rank + 2 * x.ssm_state) + drop

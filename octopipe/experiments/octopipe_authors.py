@@ -124,8 +124,9 @@ def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     A row may split when one of its label parts is an MLP, MoE or LM head (`ROW_SPLIT_KINDS`:
     their split dimensions are wide enough for any piece count); the other parts (attention,
     Mamba, embedding) stay whole with the first piece: a profile row does not say how many
-    key/value heads or Mamba groups it has, so it cannot say how many pieces they allow. Shares come from the type means of F + B (`type_means`), so a GPT block with
-    the head folded in (`T+H`) keeps mean(T) whole and splits the inferred head time.
+    key/value heads or Mamba groups it has, so it cannot say how many pieces they allow. Shares
+    come from the type means of F + B (`type_means`), so a GPT block with the head folded in
+    (`T+H`) keeps mean(T) whole and splits the inferred head time.
     """
     kinds = {**DEFAULT_LABEL_KINDS, **dict(profile.label_kinds)}
     labels = profile.labels or tuple("" for _ in range(costs.n_layers))

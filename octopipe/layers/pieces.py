@@ -41,18 +41,19 @@ from octopipe.layers.mlp import FeedForward, top_k_route
 from octopipe.layers.ssm import Mamba2
 
 
-def _check_piece(spec: LayerSpec) -> None:
+def _mark(piece: nn.Module, spec: LayerSpec) -> None:
+    """Record on `piece` which piece of its layer it is: `spec`, its span [lo, hi), first, last."""
     if spec.shards < 2:
         raise ValueError(f"layer {spec.label}: shards={spec.shards}; a piece needs shards >= 2")
+    piece.spec = spec
+    piece.lo, piece.hi = shard_span(spec)
+    piece.first, piece.last = is_first(spec), is_last(spec)
 
 
 class _Piece(nn.Module):
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
-        _check_piece(spec)
-        self.spec = spec
-        self.lo, self.hi = shard_span(spec)
-        self.first, self.last = is_first(spec), is_last(spec)
+        _mark(self, spec)
 
 
 class HeadPiece(_Piece):
@@ -167,20 +168,18 @@ class AttentionPiece(_MixerPiece, Attention):
     """Key/value heads [lo, hi) of a pre-norm residual attention layer, with their query heads."""
 
     def __init__(self, spec: LayerSpec) -> None:
-        _check_piece(spec)
         lo, hi = shard_span(spec)
         Attention.__init__(self, spec, kv_heads=hi - lo, norm=is_first(spec), o_bias=is_first(spec))
-        self.spec, self.lo, self.hi, self.first, self.last = spec, lo, hi, is_first(spec), is_last(spec)
+        _mark(self, spec)
 
 
 class Mamba2Piece(_MixerPiece, Mamba2):
     """Groups [lo, hi) of a pre-norm residual Mamba-2 layer, with their heads."""
 
     def __init__(self, spec: LayerSpec) -> None:
-        _check_piece(spec)
         lo, hi = shard_span(spec)
         Mamba2.__init__(self, spec, groups=hi - lo, norm=is_first(spec))
-        self.spec, self.lo, self.hi, self.first, self.last = spec, lo, hi, is_first(spec), is_last(spec)
+        _mark(self, spec)
 
 
 PIECES: dict[LayerKind, type[nn.Module]] = {LayerKind.HEAD: HeadPiece, LayerKind.MLP: MLPPiece,

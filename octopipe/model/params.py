@@ -20,13 +20,16 @@ def _ffn_params(h: int, f: int, activation: str, bias: bool) -> int:
 
 
 def _attention_params(x: LayerSpec) -> int:
-    h, q, kv = x.hidden, x.heads * x.head_dim, x.kv_heads * x.head_dim
-    n = h * q + 2 * h * kv + q * h
-    if x.bias:
-        n += q + 2 * kv + h
-    if x.qk_norm:
-        n += 2 * x.head_dim
-    return n
+    return (_attention_heads_params(x, x.kv_heads) + (x.hidden if x.bias else 0)
+            + (2 * x.head_dim if x.qk_norm else 0))
+
+
+def _attention_heads_params(x: LayerSpec, kv_heads: int) -> int:
+    """Q, K, V rows and output-projection columns of `kv_heads` key/value heads and their query
+    heads (a piece's, or all of them; the output projection's bias and QK-norm are not counted)."""
+    h = x.hidden
+    q, kv = kv_heads * (x.heads // x.kv_heads) * x.head_dim, kv_heads * x.head_dim
+    return h * q + 2 * h * kv + q * h + (q + 2 * kv if x.bias else 0)
 
 
 def _mla_params(x: LayerSpec) -> int:
@@ -41,10 +44,12 @@ def _mla_params(x: LayerSpec) -> int:
     return q + kv + a * x.v_head_dim * h
 
 
-def _mamba2_params(x: LayerSpec) -> int:
-    h, H = x.hidden, x.ssm_heads
-    d_in = H * x.ssm_head_dim
-    gn = x.ssm_groups * x.ssm_state
+def _mamba2_params(x: LayerSpec, groups: int = 0) -> int:
+    """In-projection rows, conv channels, dt_bias/A_log/D, gated-norm weights and output columns
+    of `groups` of the layer's groups with their heads (default all of them)."""
+    h, g = x.hidden, groups or x.ssm_groups
+    H = x.ssm_heads * g // x.ssm_groups
+    d_in, gn = H * x.ssm_head_dim, g * x.ssm_state
     conv_dim = d_in + 2 * gn
     in_proj = h * (2 * d_in + 2 * gn + H)
     conv = conv_dim * x.conv_kernel + conv_dim
@@ -88,9 +93,9 @@ def _piece_params(x: LayerSpec, active: bool) -> int:
         ffn = _ffn_params(h, hi - lo, x.activation, x.bias) - (h if x.bias else 0)
         return (h + (h if x.bias else 0) if first else 0) + ffn
     if x.kind is LayerKind.ATTENTION:
-        return (h + (h if x.bias else 0) if first else 0) + _attention_piece_params(x, hi - lo)
+        return (h + (h if x.bias else 0) if first else 0) + _attention_heads_params(x, hi - lo)
     if x.kind is LayerKind.MAMBA2:
-        return (h if first else 0) + _mamba2_piece_params(x, hi - lo)
+        return (h if first else 0) + _mamba2_params(x, hi - lo)
     if x.kind is LayerKind.MOE:
         one = _ffn_params(h, x.expert_ffn, x.activation, x.bias)
         routed = (x.top_k * (hi - lo) / x.experts if active else hi - lo) * one
@@ -98,24 +103,6 @@ def _piece_params(x: LayerSpec, active: bool) -> int:
                 + x.shared_experts * _ffn_params(h, x.shared_ffn, x.activation, x.bias)) if first else 0
         return int(round(head + routed))
     raise ValueError(f"{x.kind.value} layers do not split")
-
-
-def _attention_piece_params(x: LayerSpec, kv_heads: int) -> int:
-    """Q, K, V rows and output-projection columns of `kv_heads` key/value heads and their query
-    heads (the output projection's bias and the norm are piece 0's)."""
-    h, kv = x.hidden, x.kv_heads or x.heads
-    q_heads = kv_heads * (x.heads // kv)
-    q, k = q_heads * x.head_dim, kv_heads * x.head_dim
-    return h * q + 2 * h * k + q * h + (q + 2 * k if x.bias else 0)
-
-
-def _mamba2_piece_params(x: LayerSpec, groups: int) -> int:
-    """In-projection rows, conv channels, per-head scalars, gated-norm weights and output
-    columns of `groups` of the layer's Mamba-2 groups."""
-    h, H = x.hidden, x.ssm_heads * groups // x.ssm_groups
-    d_in, gn = H * x.ssm_head_dim, groups * x.ssm_state
-    conv_dim = d_in + 2 * gn
-    return h * (2 * d_in + 2 * gn + H) + conv_dim * x.conv_kernel + conv_dim + 3 * H + d_in + d_in * h
 
 
 def layer_params(x: LayerSpec, active: bool = False) -> int:

@@ -24,7 +24,8 @@ a chain whose pieces pass a slightly wider tensor forward (and its gradient back
   needs another's heads. Carry: (residual sum, norm output), width `2·hidden`.
 
 Piece j of k covers `[n·j//k, n·(j+1)//k)` of the split dimension (vocab, ffn, experts,
-key/value heads or groups), so the pieces' parameters add up to the layer's. Sharding is a planner decision, not a preset field.
+key/value heads or groups), so the pieces' parameters add up to the layer's. Sharding is a
+planner decision, not a preset field.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def shard_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
     if k == 1:
         return (x,)
     if not shardable(x):
-        why = " (its QK-norm weights are shared by every head)" if x.kind is LayerKind.ATTENTION else ""
+        why = " (its QK-norm weights are shared by every head)" if x.qk_norm else ""
         raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split{why}; shardable kinds: "
                           f"{', '.join(k.value for k in SHARD_DIM)}")
     n = split_extent(x)

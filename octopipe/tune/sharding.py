@@ -4,8 +4,9 @@ No partition can beat its heaviest layer: at 16 or 32 stages an LM head or an Mo
 more than one device's even share of the work, and at 32 stages whole attention and Mamba layers
 cap how many chunks a device can hold. `octopipe.model.shard` defines exact pieces (a
 vocabulary-split head, an FFN-width-split MLP, an expert-split MoE, attention split by key/value
-heads, Mamba-2 by groups); this module decides how many pieces each heavy layer gets and supplies the CostTable of the sharded model, either from the model
-(analytic costs: exact per piece) or by dividing a measured row evenly (profile files, whose
+heads, Mamba-2 by groups); this module decides how many pieces each heavy layer gets and
+supplies the CostTable of the sharded model, either from the model (analytic costs: exact per
+piece) or by dividing a measured row evenly (profile files, whose
 per-piece times are not measured: an assumption the plan reports).
 """
 from __future__ import annotations

@@ -526,12 +526,12 @@ def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float, max_
         bound = max(layer_bound(pb), M * packed_max(pb.layer_work().min(axis=1), D))
         scored.append((bound, sum(counts.values()), pb, counts))
     best = min(b for b, _, _, _ in scored)
-    near = [x for x in scored if x[0] <= best * (1 + gain)]
-    seeds = {x[1]: _best_seed(x[2], max_chunks) for x in near} if len(near) > 1 else {}
-    _, _, pb, counts = min(near, key=lambda x: (seeds.get(x[1], 0.0), x[1]))
-    info = [{"pieces": n, "bound_s": b, **({"best_start_s": seeds[n]} if n in seeds else {})}
-            for b, n, _, _ in scored]
-    return pb, counts, info
+    near = [j for j, x in enumerate(scored) if x[0] <= best * (1 + gain)]
+    seeds = {j: _best_seed(scored[j][2], max_chunks) for j in near} if len(near) > 1 else {}
+    pick = min(near, key=lambda j: (seeds.get(j, 0.0), scored[j][1]))
+    info = [{"pieces": n, "bound_s": b, **({"best_start_s": seeds[j]} if j in seeds else {})}
+            for j, (b, n, _, _) in enumerate(scored)]
+    return scored[pick][2], scored[pick][3], info
 
 
 def _best_seed(problem: Problem, max_chunks: int) -> float:
