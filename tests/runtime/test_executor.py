@@ -108,14 +108,16 @@ def test_ranks_keep_freed_memory_instead_of_page_faulting_it_in_every_iteration(
     their pages in again every iteration. A rank asks glibc to keep the heap (`keep_heap`), which
     cut a rank's page faults ~450x on the tiny interleaved run. In a child process (the setting is
     per process; one from the runtime's forkserver, which never sets it): a 48 MiB block freed and
-    allocated again 6 times faults every page each time by default, and hardly at all after."""
+    allocated again 6 times faults every page each time by default, and at most about once after."""
     with process_context().Pool(1) as pool:
         applied, plain, kept = pool.apply(_faults_without_and_with_keep_heap)
     if not applied:
         pytest.skip("not glibc: mallopt is unavailable")
     pages = 6 * (48 << 20) // 4096
-    assert plain > pages // 2, plain                # the default: about one fault per page per round
-    assert kept < pages // 20, (kept, plain)
+    assert plain > pages * 4 // 5, plain            # the default: about one fault per page per round
+    # kept: none alone; in a child that already ran other tests' work, one round's worth was seen
+    # (the heap's free space sat elsewhere the first time)
+    assert kept < pages // 4, (kept, plain)
 
 
 def _faults_without_and_with_keep_heap() -> tuple[bool, int, int]:
