@@ -88,46 +88,57 @@ static int key_less(const long a[3], const long b[3]) {
     return 0;
 }
 
-static void best_of_device(int d, int S, int M, int split_backward, const int *dstage, int ndst,
-                           const int *nxt, const double *end, const double *free_t,
-                           const double *dur, const double *arr_f, const double *arr_b,
-                           const double *act, const double *mem, const double *cap,
-                           const int *inflight, const int *limit, const int *kind_rank,
-                           int f_tiebreak, int b_tiebreak, double w_pressure, Choice *out) {
-    double best_est = INFINITY;
-    long best_key[3] = {0, 0, 0};
-    int best_id = -1;
-    int nk = split_backward ? 3 : 2;
-    int pressured = cap[d] >= 0 && mem[d] > w_pressure * cap[d];
-    (void)dur;
-    for (int j = 0; j < ndst; j++) {
-        int s = dstage[j];
-        for (int k = 0; k < nk; k++) {
-            int m = nxt[s * 3 + k];
-            if (m >= M) continue;
-            double r = pred_ready(s, k, m, S, M, end, arr_f, arr_b);
-            if (r < 0) continue;
-            if (k == 0) {
-                if (limit[s] > 0 && inflight[s] >= limit[s]) continue;
-                if (cap[d] >= 0 && mem[d] + act[s] > cap[d] * (1.0 + 1e-9) + EPS) continue;
-            }
-            double est = r > free_t[d] ? r : free_t[d];
-            int rank = kind_rank[k];
-            if (k == 2 && pressured) rank = -1;
-            long key[3];
-            prio_key(s, k, m, rank, f_tiebreak, b_tiebreak, key);
-            double tol = 1e-12 * (fabs(est) + 1.0);
-            if (best_id < 0 || est < best_est - tol ||
-                (fabs(est - best_est) <= tol && key_less(key, best_key))) {
-                best_est = est;
-                best_id = (s * 3 + k) * M + m;
-                memcpy(best_key, key, sizeof(key));
-            }
-        }
+/* What a device's choice depends on besides its own queues: the state every candidate reads. */
+typedef struct {
+    int S, M, split_backward;
+    const int *nxt, *inflight, *limit, *kind_rank;
+    const double *end, *free_t, *arr_f, *arr_b, *act, *mem, *cap;
+    int f_tiebreak, b_tiebreak;
+    double w_pressure;
+} State;
+
+/* Offer action (s, k, next micro-batch) of device d to `out` (the device's best so far): it
+ * replaces `out` if it starts earlier (beyond the tolerance) or, at the same start, ranks
+ * first. Skips actions not ready, past the in-flight limit or over the memory cap. */
+static void offer(const State *g, int d, int s, int k, int pressured, Choice *out, long best_key[3]) {
+    int M = g->M;
+    int m = g->nxt[s * 3 + k];
+    if (m >= M) return;
+    double r = pred_ready(s, k, m, g->S, M, g->end, g->arr_f, g->arr_b);
+    if (r < 0) return;
+    if (k == 0) {
+        if (g->limit[s] > 0 && g->inflight[s] >= g->limit[s]) return;
+        if (g->cap[d] >= 0 && g->mem[d] + g->act[s] > g->cap[d] * (1.0 + 1e-9) + EPS) return;
     }
-    out->valid = best_id >= 0;
-    out->est = best_est;
-    out->id = best_id;
+    double est = r > g->free_t[d] ? r : g->free_t[d];
+    int rank = g->kind_rank[k];
+    if (k == 2 && pressured) rank = -1;
+    long key[3];
+    prio_key(s, k, m, rank, g->f_tiebreak, g->b_tiebreak, key);
+    double tol = 1e-12 * (fabs(est) + 1.0);
+    if (!out->valid || est < out->est - tol ||
+        (fabs(est - out->est) <= tol && key_less(key, best_key))) {
+        out->valid = 1;
+        out->est = est;
+        out->id = (s * 3 + k) * M + m;
+        memcpy(best_key, key, sizeof(long) * 3);
+    }
+}
+
+static int is_pressured(const State *g, int d) {
+    return g->cap[d] >= 0 && g->mem[d] > g->w_pressure * g->cap[d];
+}
+
+/* The device's best action over all its queues, in stage order then kind order. */
+static void best_of_device(const State *g, int d, const int *dstage, int ndst, Choice *out,
+                           long best_key[3]) {
+    int nk = g->split_backward ? 3 : 2;
+    int pressured = is_pressured(g, d);
+    out->valid = 0;
+    out->est = INFINITY;
+    out->id = -1;
+    for (int j = 0; j < ndst; j++)
+        for (int k = 0; k < nk; k++) offer(g, d, dstage[j], k, pressured, out, best_key);
 }
 
 int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, const double *dur,
@@ -147,6 +158,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     int *dstage = (int *)malloc(sizeof(int) * (S > 0 ? S : 1));
     int *dirty = (int *)malloc(sizeof(int) * D);
     Choice *cache = (Choice *)malloc(sizeof(Choice) * D);
+    long *keys = (long *)malloc(sizeof(long) * 3 * (D > 0 ? D : 1));
     double *rem = (double *)calloc(D, sizeof(double));
     double *arr_f = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
     double *arr_b = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
@@ -168,14 +180,15 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         free(fill);
     }
     for (int d = 0; d < D; d++) { dirty[d] = 1; peak[d] = 0.0; }
+    State g = {S, M, split_backward, nxt, inflight, limit, kind_rank, end, free_t, arr_f, arr_b,
+               act, mem, cap, f_tiebreak, b_tiebreak, w_pressure};
 
     while (done < total) {
         int bd = -1;
         for (int d = 0; d < D; d++) {
             if (dirty[d]) {
-                best_of_device(d, S, M, split_backward, dstage + dstart[d], dstart[d + 1] - dstart[d], nxt,
-                               end, free_t, dur, arr_f, arr_b, act, mem, cap, inflight, limit,
-                               kind_rank, f_tiebreak, b_tiebreak, w_pressure, &cache[d]);
+                best_of_device(&g, d, dstage + dstart[d], dstart[d + 1] - dstart[d], &cache[d],
+                               keys + 3 * d);
                 dirty[d] = 0;
             }
             if (cache[d].valid && (bd < 0 || cache[d].est < cache[bd].est)) bd = d;
@@ -206,9 +219,18 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         } else {
             mem[bd] -= act[s] - free_i[s];
         }
+        /* The device that ran chooses afresh (its free time, memory, queues changed). Another
+         * device's state is unchanged but for one queue the action made ready: the forward of
+         * stage s + 1 after a forward, the input gradient of stage s - 1 after one; offering
+         * that queue to its cached choice gives what a full rescan would. */
         dirty[bd] = 1;
-        if (s + 1 < S) dirty[dev[s + 1]] = 1;
-        if (s > 0) dirty[dev[s - 1]] = 1;
+        if (k == 0 && s + 1 < S && dev[s + 1] != bd && !dirty[dev[s + 1]]) {
+            int d2 = dev[s + 1];
+            offer(&g, d2, s + 1, 0, is_pressured(&g, d2), &cache[d2], keys + 3 * d2);
+        } else if (k == 1 && s > 0 && dev[s - 1] != bd && !dirty[dev[s - 1]]) {
+            int d2 = dev[s - 1];
+            offer(&g, d2, s - 1, 1, is_pressured(&g, d2), &cache[d2], keys + 3 * d2);
+        }
         if (isfinite(bound)) {
             rem[bd] -= dur[s * 3 + k];
             for (int d = 0; d < D; d++) {
@@ -220,7 +242,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     }
     *out_makespan = makespan;
     free(end); free(free_t); free(mem); free(nxt); free(inflight);
-    free(dstart); free(dstage); free(dirty); free(cache); free(rem);
+    free(dstart); free(dstage); free(dirty); free(cache); free(keys); free(rem);
     free(arr_f); free(arr_b); free(link_free);
     return cut ? -1 : done;
 }

@@ -5,10 +5,11 @@ simulations) so that the same inputs and seed give the same plan at any machine 
 1. baselines: the named schedules (uniform and DP-balanced partitions) through the simulator
    (a fixed list);
 2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.sharding`),
-   the feasible baselines, the caller's starts and the ILPs' partitions + placements (`solvers`,
-   `ilp_max_nodes` branch-and-bound nodes each);
+   the feasible baselines and the caller's starts; the ILPs' partitions + placements (`solvers`,
+   `ilp_max_nodes` branch-and-bound nodes each) are solved meanwhile, in CBC's own process;
 3. search: iterated local search on partition, placement and schedule policy, ranked by the
    list-scheduling estimator (`octopipe.tune.search`; `max_evaluations`, `max_iters`, `patience`);
+   the ILPs' candidates join its pool when it ends (so the ILP's seconds overlap the search's);
 4. finalists: the best distinct candidates frozen into tables and fully simulated with
    communication, the baselines beside them, and row moves that advance actions into the best
    table's remaining gaps (`octopipe.tune.polish`; `polish_sims` simulations);
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import math
 import time
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 from contextlib import contextmanager, nullcontext
@@ -173,8 +176,10 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
         st, o.sharder if "split_layers" in o.tuner.levers else None)
     st.levers = Levers.of(o.tuner.levers, _on_shards(reference(whole.n_layers, whole.n_devices),
                                                      st.counts))
-    st.starts, st.ilp = starting_points(st, o.starts, o.solver)          #    ILPs: ilp_max_nodes
-    st.outcome = run_search(st, o.seed, o.progress)        # 3. search: max_evaluations
+    st.starts = starting_points(st, o.starts)
+    ilp = in_background(ilp_starts, st, o.solver) if st.cfg.ilp else None  # ILPs: ilp_max_nodes
+    st.outcome = search_or_ilp(st, ilp, o.seed, o.progress)    # 3. search: max_evaluations
+    join_ilp(st, ilp)                                      #    the ILPs' candidates join its pool
     seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
     st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
     w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
@@ -205,28 +210,79 @@ def layers_to_search(st: TuneState, sharder: LayerSharder | None
     return problem, {int(k): int(v) for k, v in counts.items()}, meta
 
 
-def starting_points(st: TuneState, starts: Sequence[Candidate], solver_cfg: SolverConfig
-                    ) -> tuple[list[Candidate], dict]:
-    """Starting points (2/2): the ILP's candidates (`Budgets.ilp_nodes` nodes each), then the
-    feasible baselines and the caller's starts, all over the layers the search runs on."""
+def starting_points(st: TuneState, starts: Sequence[Candidate]) -> list[Candidate]:
+    """Starting points (2/2): the feasible baselines and the caller's starts, over the layers
+    the search runs on (the ILPs' join the search's pool: `join_ilp`)."""
     cands = [_on_shards(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
     cands += [_on_shards(c, st.counts) for c in starts]
     if not st.levers.all:          # a subset of levers searches from S-1F1B too
         cands.append(st.levers.ref)
-    ilp_info: dict = {}
-    if st.cfg.ilp:
+    return cands
+
+
+def in_background(fn: Callable[..., Any], *args: Any) -> Future:
+    """`fn(*args)` on a daemon thread (an interrupted run does not wait for it to end)."""
+    fut: Future = Future()
+
+    def work() -> None:
         try:
-            # the node limit ends the solve; the time limit is only the tuner's safety cap, so
-            # that a loaded machine does not stop CBC at another incumbent
-            scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
-                           time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
-            ilp_cands, ilp_info = _ilp_starts(st.problem, scfg)
-            cands = ilp_cands + cands
-            if ilp_info.get("time_capped") or ilp_info.get("v", {}).get("time_capped"):
-                st.capped.append("ilp")
-        except (OctoPipeError, ImportError) as e:
-            ilp_info = {"status": "unavailable", "reason": str(e).splitlines()[0]}
-    return cands, ilp_info
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits for the result
+            fut.set_exception(e)
+    threading.Thread(target=work, daemon=True, name="octopipe-ilp").start()
+    return fut
+
+
+def ilp_starts(st: TuneState, solver_cfg: SolverConfig) -> tuple[list[Candidate], dict]:
+    """The ILPs' candidates (`Budgets.ilp_nodes` nodes each) and their record for the summary.
+    Runs beside the search: it reads only `st`'s inputs, which the search does not change."""
+    try:
+        # the node limit ends the solve; the time limit is only the tuner's safety cap, so
+        # that a loaded machine does not stop CBC at another incumbent
+        scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
+                       time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
+        return _ilp_starts(st.problem, scfg)
+    except (OctoPipeError, ImportError) as e:
+        return [], {"status": "unavailable", "reason": str(e).splitlines()[0]}
+
+
+def search_or_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | None", seed: int,
+                  progress: bool) -> SearchOutcome:
+    """Search from the starting points; when none of them fits (InfeasibleError), search again
+    from the ILPs' candidates first, whose partitions respect each device's memory."""
+    try:
+        return run_search(st, seed, progress)
+    except InfeasibleError:
+        cands = ilp.result()[0] if ilp is not None else []
+        if not cands:
+            raise
+    st.starts = cands + st.starts
+    return run_search(st, seed, progress)
+
+
+def join_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | None") -> None:
+    """Search (end): wait for the ILPs and rank their candidates (projected on the levers) into
+    the search's pool, so that a finalist is never worse than an ILP start's estimate. The
+    wait is for work of a fixed size (node limits), so the pool is the same at any load."""
+    if ilp is None:
+        return
+    cands, st.ilp = ilp.result()
+    if st.ilp.get("time_capped") or st.ilp.get("v", {}).get("time_capped"):
+        st.capped.append("ilp")
+    out, size = st.outcome, max(st.budgets.finalists * 3, 8)
+    pool, seen = list(out.pool), {c for _, c in out.pool}
+    for c in cands:
+        c = st.levers.project(c)
+        if c is None or c in seen:
+            continue
+        seen.add(c)
+        v = st.problem.estimate_makespan(c)
+        if math.isfinite(v):
+            pool.append((v, c))
+    pool.sort(key=lambda t: t[0])          # stable: the search's own entries first on a tie
+    out.pool = pool[:size]
+    if out.pool and out.pool[0][0] < out.best_makespan * (1 - 1e-9):
+        out.best_makespan, out.best = out.pool[0]
 
 
 def run_search(st: TuneState, seed: int, progress: bool) -> SearchOutcome:
