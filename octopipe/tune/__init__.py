@@ -10,9 +10,10 @@
     res.summary()        # summary.json figures: speedup_vs_best_baseline, efficiency, ...
 
 The flow (`octopipe.tune.tuner`, named stages over one `TuneState`, each with its own budget):
-baselines → starting points (split layers, ILP start from `solvers`) → iterated local search on
-partition, placement and schedule policy ranked by a compiled list-scheduling estimator
-(`listsched`, `search`, `moves`, steered by `attribution`) → finalists: full simulation and row
+baselines → starting points (split layers) → iterated local search on partition, placement and
+schedule policy ranked by a compiled list-scheduling estimator (`listsched`, `search`, `moves`,
+steered by `attribution`), with the ILP starts from `solvers` solved beside it and joining its
+pool at the end → finalists: full simulation and row
 moves into the remaining bubbles (`polish`) → checks: memory and SMT deadlock (`evaluate`).
 Modules: candidate (search space and problem), balance (placement helpers), bounds (lower,
 layer and device bounds), baselines, freeze (policy → table), result (TuneResult), report_md

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from octopipe.plan import Plan
 from octopipe.tune.candidate import Candidate, Problem
 
 MAX_THRESHOLDS = 64     # release thresholds tried per device (any subset keeps the bound valid)
@@ -115,3 +116,28 @@ def layout_bound(problem: Problem, cand: Candidate) -> LayoutBound:
         if v > best.makespan_s:
             best = LayoutBound(v, dev, t, tail, work)
     return best
+
+
+def in_microbatch_order(plan: Plan) -> bool:
+    """True when the plan's table runs each (stage, kind) in micro-batch order on one device per
+    stage (no replicas, not lowered): the schedules `layout_bound` speaks of."""
+    t = plan.table
+    if t.replicas or t.is_lowered:
+        return False
+    last: dict[tuple[int, str], int] = {}
+    for _, a in t:
+        key = (a.stage, a.kind.value)
+        if last.get(key, -1) >= a.microbatch:
+            return False
+        last[key] = a.microbatch
+    return True
+
+
+def plan_layout_bound(problem: Problem, plan: Plan) -> float | None:
+    """`layout_bound` of a plan's partition and placement (with its backward split or not): no
+    table on that layout runs faster, so plan / bound says how much a better schedule alone
+    could gain. None for tables outside the bound's class (`in_microbatch_order`)."""
+    if not in_microbatch_order(plan):
+        return None
+    cand = Candidate(plan.partition, plan.placement, split_backward=plan.table.splits_backward)
+    return layout_bound(problem, cand).makespan_s

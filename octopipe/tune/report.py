@@ -62,6 +62,9 @@ def aggregate(cases: list[dict]) -> dict:
         "mean_efficiency_vs_fill_drain_bound": (sum(col(ok, "efficiency_vs_fill_drain_bound"))
                                                 / len(col(ok, "efficiency_vs_fill_drain_bound"))
                                                 if col(ok, "efficiency_vs_fill_drain_bound") else None),
+        "mean_efficiency_vs_layout_bound": (sum(col(ok, "efficiency_vs_layout_bound"))
+                                            / len(col(ok, "efficiency_vs_layout_bound"))
+                                            if col(ok, "efficiency_vs_layout_bound") else None),
         "mean_efficiency_by_pp": {p: sum(col(rows, "efficiency_vs_lower_bound")) / len(rows)
                                   for p in sorted({c.get("pp") for c in ok})
                                   for rows in [[c for c in ok if c.get("pp") == p]]},

@@ -30,6 +30,7 @@ class TuneResult:
     shard_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
     fill_drain: FillDrain | None = None   # over every plan the tuner may emit (octopipe.tune.fill_drain)
     contiguous_bound_s: float | None = None   # the same argument over one-block-per-device plans
+    layout_bound_s: float | None = None   # no table on the plan's own partition + placement is shorter
 
     @property
     def makespan_s(self) -> float:
@@ -97,6 +98,9 @@ class TuneResult:
             "layer_bound_s": self.layer_bound_s,
             "efficiency_vs_layer_bound": self.layer_bound_s / self.makespan_s,
             **self._fill_drain_figures(),
+            "layout_bound_s": self.layout_bound_s,
+            "efficiency_vs_layout_bound": (None if self.layout_bound_s is None
+                                           else self.layout_bound_s / self.makespan_s),
             "tuner_seconds": self.tuner_seconds,
             "best_baseline": best.name if best else None,
             "speedup_vs_best_baseline": self.speedup_vs(best),

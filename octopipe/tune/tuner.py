@@ -49,6 +49,7 @@ from octopipe.tune.fill_drain import FillDrain, contiguous_bound, fill_drain
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
 from octopipe.tune.freeze import to_plan
+from octopipe.tune.layout_bound import plan_layout_bound
 from octopipe.tune.levers import Levers, reference
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
@@ -409,7 +410,8 @@ def result(st: TuneState) -> TuneResult:
     contiguous = min(contiguous_bound(pb) for pb in _emitted_problems(st))
     return TuneResult(chosen.plan, chosen.sim, chosen, st.history, st.baselines, elapsed,
                       lower_bound(st.whole.layer_work(), st.whole.n_microbatches), tokens,
-                      layer_bound(on), stats, st.ilp, on.costs, dict(st.counts), fd, contiguous)
+                      layer_bound(on), stats, st.ilp, on.costs, dict(st.counts), fd, contiguous,
+                      plan_layout_bound(on, chosen.plan))
 
 
 def _emitted_problems(st: TuneState) -> list[Problem]:

@@ -136,3 +136,31 @@ def test_search_reports_the_bound_of_its_best():
     out = search(pb, [], SearchConfig(time_budget_s=5, max_iters=5, patience=2))
     assert out.layout_bound_s == pytest.approx(layout_bound(pb, out.best).makespan_s)
     assert out.layout_bound_s <= out.best_makespan * (1 + 1e-9)
+
+
+def test_a_tuned_plan_reports_its_layout_bound():
+    """summary.json's layout bound is the plan's own layout's, at or below its simulated time;
+    a table that runs a (stage, kind) out of micro-batch order is outside the bound's class."""
+    from dataclasses import replace
+
+    from octopipe.tune import TuneOptions, tune
+    from octopipe.tune.freeze import to_plan
+    from octopipe.tune.layout_bound import in_microbatch_order, plan_layout_bound
+
+    rng = np.random.default_rng(3)
+    f = rng.uniform(1.0, 3.0, 10) * 1e-3
+    pb = _problem(f, 1.1 * f, 0.9 * f, 4, 6, latency=1e-4)
+    res = tune(pb.costs, pb.cluster, 4, 6, TuneOptions({"max_iters": 10, "patience": 4, "ilp": False}))
+    s = res.summary()
+    assert s["layout_bound_s"] == pytest.approx(plan_layout_bound(pb.__class__.build(
+        pb.costs, pb.cluster, 4, 6, contention=True), res.plan))
+    assert 0 < s["layout_bound_s"] <= res.makespan_s * (1 + 1e-9)
+    assert s["efficiency_vs_layout_bound"] == pytest.approx(s["layout_bound_s"] / res.makespan_s)
+    plan = to_plan(pb, Candidate((5, 5), (0, 1), split_backward=True))
+    assert in_microbatch_order(plan)
+    row = list(plan.table.rows[0])
+    j, k = next((a, b) for a in range(len(row)) for b in range(a + 1, len(row))
+                if row[a].stage == row[b].stage and row[a].kind == row[b].kind)
+    row[j], row[k] = row[k], row[j]
+    swapped = replace(plan, table=plan.table.with_rows([row, *plan.table.rows[1:]]))
+    assert not in_microbatch_order(swapped) and plan_layout_bound(pb, swapped) is None

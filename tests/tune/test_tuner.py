@@ -3,11 +3,13 @@ round-trips through plan_io and re-simulates to the reported figures."""
 import numpy as np
 import pytest
 
+from octopipe.config.solver import SolverConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.schedule.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
 from octopipe.tune import Candidate, Problem, TuneOptions, tune
+from octopipe.tune import tuner
 from octopipe.tune.freeze import to_plan
 
 from .helpers import free_cluster
@@ -42,6 +44,44 @@ def test_never_worse_than_baselines_and_given_start():
     assert s["speedup_vs_best_baseline"] >= 1.0
     assert 0 < s["efficiency_vs_lower_bound"] <= 1.0 + 1e-9
     assert s["efficiency_vs_layer_bound"] >= s["efficiency_vs_lower_bound"]
+
+
+def test_ilp_starts_join_the_search_and_are_never_beaten_by_the_plan():
+    """The ILPs solve beside the search and their candidates join its pool: the plan is no
+    slower than any of them, and the summary records the solves."""
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    cfg = {**CFG, "ilp": True}
+    res = tune(costs, cl, 4, 8, TuneOptions(cfg))
+    pb = Problem.build(costs, cl, 4, 8, contention=True)
+    cands, info = tuner._ilp_starts(pb, SolverConfig(max_nodes=100))
+    assert cands and info["status"] in ("optimal", "feasible") and info["v"]["status"] in ("optimal", "feasible")
+    assert res.ilp["status"] == info["status"] and res.ilp["v"]["objective_s"] == pytest.approx(info["v"]["objective_s"])
+    for c in cands:
+        assert res.makespan_s <= simulate(to_plan(pb, c), costs, cl).makespan * (1 + 1e-9), c.origin
+    again = tune(costs, cl, 4, 8, TuneOptions(cfg))
+    assert again.plan.table.rows == res.plan.table.rows and again.plan.partition == res.plan.partition
+
+
+def test_search_restarts_from_the_ilp_starts_when_no_starting_point_fits(monkeypatch):
+    """When the search finds no starting point that fits (InfeasibleError), it runs again with
+    the ILPs' candidates, whose partitions respect memory, first."""
+    costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
+    real, seen = tuner.run_search, []
+
+    def search(st, seed, progress):
+        seen.append([c.origin for c in st.starts])
+        if len(seen) == 1:
+            raise InfeasibleError("no candidate fits memory")
+        return real(st, seed, progress)
+    monkeypatch.setattr(tuner, "run_search", search)
+    res = tune(costs, cl, 4, 8, TuneOptions({**CFG, "ilp": True}))
+    assert len(seen) == 2 and not any(o.startswith("ILP") for o in seen[0])
+    assert seen[1][0].startswith("ILP") and seen[1][len(seen[1]) - len(seen[0]):] == seen[0]
+    assert res.plan is not None
+    monkeypatch.setattr(tuner, "run_search", lambda st, seed, progress: (_ for _ in ()).throw(
+        InfeasibleError("no candidate fits memory")))
+    with pytest.raises(InfeasibleError):
+        tune(costs, cl, 4, 8, TuneOptions(CFG))
 
 
 def test_plan_round_trips_and_resimulates(tmp_path):
