@@ -45,54 +45,40 @@ def test_memory_deadlock_reported():
     assert not r.complete and math.isinf(r.makespan)
 
 
-@pytest.mark.skipif(not c_kernel_available(), reason="no C compiler: only the Python engine exists")
-def test_c_engine_matches_python_engine():
-    rng = np.random.default_rng(7)
-    for _ in range(60):
-        D = int(rng.integers(1, 5))
-        S = D * int(rng.integers(1, 3))
-        M = int(rng.integers(1, 6))
-        dev = np.array([s % D for s in range(S)], np.int32)
+def _random_instance(rng: np.random.Generator, real: bool) -> tuple[StageArrays, int, ListPolicy]:
+    """A random pipeline and policy: small integer times and 1-2 stages per device, or
+    real-valued times and 2-4 stages per device (deep interleaving)."""
+    D = int(rng.integers(1, 5)) if not real else int(rng.integers(2, 7))
+    S = D * int(rng.integers(1, 3) if not real else rng.integers(2, 5))
+    M = int(rng.integers(1, 6) if not real else rng.integers(1, 9))
+    dev = np.array([s % D for s in range(S)], np.int32)
+    if not real or rng.random() < 0.5:
         rng.shuffle(dev)
-        arr = StageArrays(dev, rng.integers(1, 5, (S, 3)).astype(float),
-                          rng.integers(0, 2, S).astype(float), rng.integers(0, 2, S).astype(float),
-                          np.ones(S), np.full(S, 0.5),
-                          np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 5))), D,
-                          bool(rng.random() < 0.5))
-        policy = ListPolicy(split_backward=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
-                            kind_rank=tuple(int(x) for x in rng.permutation(3)),
-                            f_tiebreak=int(rng.integers(2)), b_tiebreak=int(rng.integers(2)),
-                            w_pressure=float(rng.random()))
-        a = list_schedule(arr, M, policy, use_c=True)
-        b = list_schedule(arr, M, policy, use_c=False)
-        assert a.complete == b.complete
-        if a.complete:
-            assert a.makespan == pytest.approx(b.makespan)
-            assert (a.order == b.order).all()
+    if real:
+        dur, comm_f = rng.random((S, 3)), rng.random(S) * 0.3
+        comm_b = np.roll(comm_f, 1)
+    else:
+        dur = rng.integers(1, 5, (S, 3)).astype(float)
+        comm_f, comm_b = rng.integers(0, 2, S).astype(float), rng.integers(0, 2, S).astype(float)
+    arr = StageArrays(dev, dur, comm_f, comm_b, np.ones(S), np.full(S, 0.5),
+                      np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 5 + real))), D,
+                      bool(rng.random() < 0.5))
+    policy = ListPolicy(split_backward=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
+                        kind_rank=tuple(int(x) for x in rng.permutation(3)),
+                        f_tiebreak=int(rng.integers(2)), b_tiebreak=int(rng.integers(2)),
+                        w_pressure=float(rng.random()))
+    return arr, M, policy
 
 
-@pytest.mark.skipif(not c_kernel_available(), reason="no C compiler")
-def test_c_engine_matches_python_engine_bit_for_bit_on_deep_interleaving():
-    """Several stages per device and real-valued times, where the C engine's cached choices of
-    devices that did not run (only the queue an action made ready is offered again) could part
-    from the Python engine's full rescan: every start equal to the bit."""
-    rng = np.random.default_rng(11)
-    for _ in range(300):
-        D = int(rng.integers(2, 7))
-        S = D * int(rng.integers(2, 5))
-        M = int(rng.integers(1, 9))
-        dev = np.array([s % D for s in range(S)], np.int32)
-        if rng.random() < 0.5:
-            rng.shuffle(dev)
-        comm = rng.random(S) * 0.3
-        arr = StageArrays(dev, rng.random((S, 3)), comm, np.roll(comm, 1), np.ones(S),
-                          np.full(S, 0.5),
-                          np.full(D, -1.0 if rng.random() < 0.5 else float(rng.integers(1, 6))), D,
-                          bool(rng.random() < 0.5))
-        policy = ListPolicy(split_backward=bool(rng.random() < 0.5), limits=rng.integers(0, 4, S),
-                            kind_rank=tuple(int(x) for x in rng.permutation(3)),
-                            f_tiebreak=int(rng.integers(2)), b_tiebreak=int(rng.integers(2)),
-                            w_pressure=float(rng.random()))
+@pytest.mark.skipif(not c_kernel_available(), reason="no C compiler: only the Python engine exists")
+@pytest.mark.parametrize("real,seed,n", [(False, 7, 60), (True, 11, 300)])
+def test_c_engine_matches_python_engine(real, seed, n):
+    """Every start equal to the bit, also under deep interleaving with real-valued times, where
+    the C engine's cached choices of the devices that did not run (it offers them only the queue
+    an action made ready) could part from the Python engine's full rescan."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        arr, M, policy = _random_instance(rng, real)
         a = list_schedule(arr, M, policy, use_c=True)
         b = list_schedule(arr, M, policy, use_c=False)
         assert a.complete == b.complete
