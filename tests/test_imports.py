@@ -9,7 +9,7 @@ from tests.package_sources import PACKAGES, modules, source, tree
 
 # Layers, bottom first: a module may import modules of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("octopipe.errors", "octopipe.io", "octopipe.config", "octopipe.progress"),
+    ("octopipe.errors", "octopipe.io", "octopipe.config", "octopipe.progress", "octopipe.native"),
     ("octopipe.cluster", "octopipe.cluster_presets", "octopipe.model", "octopipe.schedule",
      "octopipe.plan"),
     ("octopipe.cost", "octopipe.layers"),

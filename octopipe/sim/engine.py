@@ -6,17 +6,23 @@ time order, so a transfer starts at `max(issue time, end of the link's previous 
 Compute and communication overlap; a device runs one compute node at a time.
 
 `run_strict` executes each device's row of cells (compute, SEND, RECV; see program.py) in
-order; `run_ready_first` treats rows as a ranking and dispatches ready compute nodes. The rules
-of each communication semantics are in `octopipe.sim.deadlock`'s docstring.
+order, in C (`strict.c`, built by `octopipe.native`) where a compiler exists and in Python
+otherwise, step for step the same (`run_strict_py`, its oracle); a run that stalls is replayed
+in Python for the stalled state the deadlock analysis reads. `run_ready_first` treats rows as a
+ranking and dispatches ready compute nodes. The rules of each communication semantics are in
+`octopipe.sim.deadlock`'s docstring.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from octopipe import native
 from octopipe.sim.durations import Durations
 from octopipe.sim.hints import admits, priority
 from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, Program
@@ -52,8 +58,68 @@ class StuckState:
     memory_blocked: list[int]           # ready_first: the best ready F each limited device holds back
 
 
+_STRICT_SRC = Path(__file__).with_name("strict.c")
+_STRICT_LIB: "ctypes.CDLL | None | bool" = None
+
+
+def _declare_strict(lib: ctypes.CDLL) -> None:
+    i64, vp = ctypes.c_int64, ctypes.c_void_p
+    lib.octo_run_strict.argtypes = [i64, i64, i64, i64, ctypes.c_int] + [vp] * 22
+    lib.octo_run_strict.restype = ctypes.c_int
+
+
+def strict_kernel() -> "ctypes.CDLL | None":
+    """The compiled strict engine, or None (no compiler, or OCTOPIPE_NO_CC)."""
+    global _STRICT_LIB
+    if _STRICT_LIB is None:
+        _STRICT_LIB = native.load(_STRICT_SRC, _declare_strict) or False
+    return _STRICT_LIB or None
+
+
+def _flat_rows(prog: Program) -> tuple[np.ndarray, ...]:
+    """The program's arrays as the C engine takes them (int64, contiguous; rows flattened with
+    a pointer per device), cached on the program."""
+    got = prog._cache.get("strict_c")
+    if got is None:
+        i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)   # noqa: E731
+        lens = [len(r) for r in prog.row_type]
+        row_ptr = np.zeros(prog.n_devices + 1, dtype=np.int64)
+        np.cumsum(lens, out=row_ptr[1:])
+        cat = lambda rows: i64(np.concatenate(rows) if len(rows) else np.zeros(0))  # noqa: E731
+        got = (i64(prog.c_dev), i64(prog.c_in_transfer), i64(prog.c_out_transfer), i64(prog.lp_ptr),
+               i64(prog.lp_idx), i64(prog.t_src), i64(prog.t_dst), i64(prog.t_link), row_ptr,
+               cat(prog.row_type), cat(prog.row_id), cat(prog.row_group_end))
+        prog._cache["strict_c"] = got
+    return got
+
+
 def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
-    """Every device runs its row in order under `semantics` (eager, rendezvous or batched)."""
+    """Every device runs its row in order under `semantics` (eager, rendezvous or batched): the
+    C engine where it is built, else (and for a run that stalls) `run_strict_py`."""
+    lib = strict_kernel()
+    if lib is None:
+        return run_strict_py(prog, dur, semantics)
+    n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
+    f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)   # noqa: E731
+    ins = [*_flat_rows(prog), f64(dur.compute), f64(dur.transfer), f64(dur.alloc), f64(dur.free)]
+    start, end = np.empty(n_c), np.empty(n_c)
+    t_start, t_end = np.empty(n_t), np.empty(n_t)
+    peak, seq = np.empty(n_d), np.empty(max(1, n_c), dtype=np.int64)
+    outs = [start, end, t_start, t_end, peak, seq]
+    status = lib.octo_run_strict(n_c, n_t, n_d, len(prog.links), SEMANTICS.index(semantics),
+                                 *(a.ctypes.data for a in ins + outs))
+    if status != 0:
+        return run_strict_py(prog, dur, semantics)
+    seq = seq[:n_c]
+    by_dev = ins[0][seq]
+    grouped = seq[np.argsort(by_dev, kind="stable")]
+    cuts = np.cumsum(np.bincount(by_dev, minlength=n_d))[:-1]
+    return Raw(start, end, t_start, t_end, tuple(np.split(grouped, cuts)), peak, np.zeros(n_d), None)
+
+
+def run_strict_py(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
+    """`run_strict` in Python: the fallback, the oracle of `strict.c`, and the replay of a
+    stalled run (its `Raw.stuck` is the state the deadlock analysis reads)."""
     L = prog.lists()
     n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
     c_dev, in_t, out_t = L["c_dev"], L["c_in_transfer"], L["c_out_transfer"]

@@ -2,27 +2,22 @@
 that carry one transfer at a time, as the simulator's do).
 
 `list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
-cached), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
+cached, `octopipe.native`), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
 ranks thousands of candidates with such an estimator and fully simulates only the best few; the
 executed order it returns is also how the tuner turns a priority policy into a frozen table.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
-import os
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from octopipe import native
+
 _SRC = Path(__file__).with_name("listsched.c")
-# no -march and no fast-math: the same IEEE arithmetic, so the same schedules, on every x86-64 and
-# arm64 machine (part of the cache tag, so a change rebuilds)
-CFLAGS = ("-O3", "-shared", "-fPIC")
 _LIB: "ctypes.CDLL | None | bool" = None
 
 
@@ -74,26 +69,7 @@ class ListResult:
     complete: bool
 
 
-def _compile() -> "ctypes.CDLL | None":
-    """Build (once per source version) and load the C engine; None if that is not possible."""
-    try:
-        src = _SRC.read_bytes()
-    except OSError:
-        return None
-    tag = hashlib.sha1(src + " ".join(CFLAGS).encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("OCTOPIPE_CACHE", Path(tempfile.gettempdir()) / f"octopipe-{os.getuid()}"))
-    lib_path = cache / f"listsched-{tag}.so"
-    if not lib_path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-        cc = os.environ.get("CC", "cc")
-        try:
-            subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(_SRC), "-lm"],
-                           check=True, capture_output=True, timeout=60)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        os.replace(tmp, lib_path)
-    lib = ctypes.CDLL(str(lib_path))
+def _declare(lib: ctypes.CDLL) -> None:
     f = lib.octo_list_schedule
     # arrays go in as raw addresses (list_schedule makes them contiguous, of the right dtype,
     # and keeps them alive): ndpointer's per-argument checks cost more than the schedule
@@ -102,16 +78,12 @@ def _compile() -> "ctypes.CDLL | None":
                   dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                   ctypes.c_double, dp, ip, dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
-    return lib
 
 
 def _lib() -> "ctypes.CDLL | None":
     global _LIB
     if _LIB is None:
-        if os.environ.get("OCTOPIPE_NO_CC"):
-            _LIB = False
-        else:
-            _LIB = _compile() or False
+        _LIB = native.load(_SRC, _declare) or False
     return _LIB or None
 
 
