@@ -79,10 +79,21 @@ class ReferenceResult:
 
 
 def reference_run(model: ModelSpec, n_microbatches: int, seed: int = 0, iterations: int = 1,
-                  lr: float = 0.0, device: str | torch.device = "cpu") -> ReferenceResult:
+                  lr: float = 0.0, device: str | torch.device = "cpu", threads: int = 1) -> ReferenceResult:
     """Single-process training on the same micro-batches: the loss is the mean over
-    micro-batches; with lr > 0, an SGD step follows each iteration. Gradients come back on the CPU."""
-    device = torch.device(device)
+    micro-batches; with lr > 0, an SGD step follows each iteration. Gradients come back on the CPU.
+    It computes with `threads` CPU threads (the ranks' default, `Job.threads`), so that
+    its kernels reduce in the ranks' order whatever the host's core count."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _reference_run(model, n_microbatches, seed, iterations, lr, torch.device(device))
+    finally:
+        torch.set_num_threads(old)
+
+
+def _reference_run(model: ModelSpec, n_microbatches: int, seed: int, iterations: int, lr: float,
+                   device: torch.device) -> ReferenceResult:
     full = StageModule(model, 0, model.n_layers, seed).to(device)
     opt = torch.optim.SGD(full.parameters(), lr=lr) if lr > 0 else None
     losses, grads = [], {}
