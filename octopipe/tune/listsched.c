@@ -220,17 +220,13 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
             mem[bd] -= act[s] - free_i[s];
         }
         /* The device that ran chooses afresh (its free time, memory, queues changed). Another
-         * device's state is unchanged but for one queue the action made ready: the forward of
-         * stage s + 1 after a forward, the input gradient of stage s - 1 after one; offering
-         * that queue to its cached choice gives what a full rescan would. */
+         * device's state is unchanged but for one queue the action made ready, of the same
+         * kind: the forward of stage s + 1 after a forward, the input gradient of stage s - 1
+         * after one; offering that queue to its cached choice gives what a full rescan would. */
         dirty[bd] = 1;
-        if (k == 0 && s + 1 < S && dev[s + 1] != bd && !dirty[dev[s + 1]]) {
-            int d2 = dev[s + 1];
-            offer(&g, d2, s + 1, 0, is_pressured(&g, d2), &cache[d2], keys + 3 * d2);
-        } else if (k == 1 && s > 0 && dev[s - 1] != bd && !dirty[dev[s - 1]]) {
-            int d2 = dev[s - 1];
-            offer(&g, d2, s - 1, 1, is_pressured(&g, d2), &cache[d2], keys + 3 * d2);
-        }
+        int s2 = k == 0 ? s + 1 : (k == 1 ? s - 1 : -1);
+        if (s2 >= 0 && s2 < S && dev[s2] != bd && !dirty[dev[s2]])
+            offer(&g, dev[s2], s2, k, is_pressured(&g, dev[s2]), &cache[dev[s2]], keys + 3 * dev[s2]);
         if (isfinite(bound)) {
             rem[bd] -= dur[s * 3 + k];
             for (int d = 0; d < D; d++) {

@@ -85,6 +85,11 @@ class Budgets:
         return cls(cfg.time_budget_s, cfg.max_evaluations, cfg.ilp_max_nodes, cfg.polish_sims,
                    cfg.finalists, cfg.smt_max_actions)
 
+    @property
+    def pool_size(self) -> int:
+        """Distinct candidates the search keeps for the finalists (three per finalist, 8 at least)."""
+        return max(self.finalists * 3, 8)
+
     def left_s(self, elapsed_s: float) -> float:
         """What the safety cap leaves."""
         return max(0.0, self.cap_s - elapsed_s)
@@ -270,7 +275,7 @@ def join_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | None") 
     cands, st.ilp = ilp.result()
     if st.ilp.get("time_capped") or st.ilp.get("v", {}).get("time_capped"):
         st.capped.append("ilp")
-    out, size = st.outcome, max(st.budgets.finalists * 3, 8)
+    out, size = st.outcome, st.budgets.pool_size
     pool, seen = list(out.pool), {c for _, c in out.pool}
     for c in cands:
         c = st.levers.project(c)
@@ -292,7 +297,7 @@ def run_search(st: TuneState, seed: int, progress: bool) -> SearchOutcome:
     scfg = replace(SearchConfig.of(st.cfg), time_budget_s=st.budgets.left_s(st.elapsed()))
     with _progress(progress, st.budgets.evaluations) as update:
         out = search(st.problem, st.starts, scfg, seed, on_progress=update,
-                     pool_size=max(st.budgets.finalists * 3, 8), levers=st.levers)
+                     pool_size=st.budgets.pool_size, levers=st.levers)
     if out.stop_reason == "time_cap":
         st.capped.append("search")
     return out
