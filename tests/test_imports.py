@@ -11,7 +11,7 @@ from tests.package_sources import PACKAGES, modules, source, tree
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("octopipe.errors", "octopipe.io", "octopipe.config", "octopipe.progress", "octopipe.native"),
     ("octopipe.cluster", "octopipe.cluster_presets", "octopipe.model", "octopipe.schedule",
-     "octopipe.plan"),
+     "octopipe.plan", "octopipe.plan_io"),
     ("octopipe.cost", "octopipe.layers"),
     ("octopipe.sim", "solvers"),
     ("octopipe.tune",),
@@ -131,6 +131,31 @@ def test_no_import_cycles():
         if m not in index:
             visit(m)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def _package(mod: str) -> str:
+    """The unit of the package-level check: `octopipe.tune.search` -> `octopipe.tune`; a module
+    directly under a root (`octopipe.plan`, `solvers.compare`) is its own unit."""
+    return ".".join(mod.split(".")[:2])
+
+
+def package_pairs(edges: dict[str, list[tuple[str, int, bool]]]) -> list[tuple[str, str]]:
+    """Pairs of packages that import each other (each direction through any module, imports in
+    functions included): a cycle at the package level, which the module-level check and the
+    layer order (which merges several packages into one layer) cannot see."""
+    deps = {(_package(m), _package(t)) for m, e in edges.items() for t, _, _ in e}
+    return sorted((a, b) for a, b in deps if a < b and (b, a) in deps)
+
+
+def test_package_pair_detection_sees_a_pair():
+    fake = {"octopipe.plan": [("octopipe.schedule.table", 1, False)],
+            "octopipe.schedule.plan_io": [("octopipe.plan", 1, True)]}
+    assert package_pairs(fake) == [("octopipe.plan", "octopipe.schedule")]
+
+
+def test_no_package_pair_imports_each_other():
+    pairs = package_pairs(EDGES)
+    assert not pairs, f"packages importing each other: {pairs}"
 
 
 def test_nothing_imports_the_cli():

@@ -73,7 +73,7 @@ from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.model.build import build_model
 from octopipe.model.shard import shard_model
 from octopipe.model.spec import ModelSpec

@@ -85,7 +85,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import preset_names
 from octopipe.measure.fidelity import Comparison, summarise
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
-from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
@@ -101,7 +101,7 @@ from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
-from octopipe.schedule.plan_io import load_plan
+from octopipe.plan_io import load_plan
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.sharding import LayerSharder, model_sharder
 from octopipe.tune.tuner import TuneOptions, tune

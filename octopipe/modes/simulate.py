@@ -25,7 +25,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.library import SCHEDULES, build_schedule
-from octopipe.schedule.plan_io import load_plan, load_schedule_file
+from octopipe.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, ReadyFirst, Simulator

@@ -30,7 +30,7 @@ from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import check_job, rank_job
 from octopipe.runtime.worker import rank_main
-from octopipe.schedule.plan_io import load_plan
+from octopipe.plan_io import load_plan
 
 
 def main(argv: list[str] | None = None) -> None:

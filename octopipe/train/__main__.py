@@ -24,7 +24,7 @@ from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.io import CONF_DIR, write_json, write_text
 from octopipe.runtime.control import TorchrunControl
 from octopipe.schedule.library import SCHEDULE_PRESETS
-from octopipe.schedule.plan_io import plan_to_doc
+from octopipe.plan_io import plan_to_doc
 from octopipe.train.loop import follow, gather, train_rank
 from octopipe.train.setup import setup, start_step, train_job, fingerprints
 from octopipe.train.summary import figures, loss_csv, loss_png

@@ -22,7 +22,7 @@ from octopipe.config.schema import Config
 from octopipe.cost.profiled import profile_blocks, profiled_costs
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.hf import vocab_of
 from octopipe.model.params import model_params
@@ -30,7 +30,7 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
-from octopipe.schedule.plan_io import load_plan, plan_to_doc
+from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
 from octopipe.train.loop import TrainRankJob, rank_payload

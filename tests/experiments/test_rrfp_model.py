@@ -9,7 +9,7 @@ from octopipe.config.cost import AnalyticCost
 from octopipe.config.experiment import RrfpExperiment
 from octopipe.cost.analytic import analytic_costs
 from octopipe.experiments import rrfp
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.runtime.dispatch import variability_of
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.simulator import ReadyFirst

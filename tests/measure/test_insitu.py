@@ -10,7 +10,7 @@ from octopipe.errors import ConfigError
 from octopipe.plan import Plan, uniform_partition
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.measure.insitu import calibration_table, fit, fit_run, stage_times
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
 from octopipe.runtime.job import Job
 from octopipe.schedule.action import ActionKind

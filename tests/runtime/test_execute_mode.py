@@ -18,7 +18,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.measure.fidelity import measure_fidelity
 from octopipe.measure.insitu import calibration_partition
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.model.shard import shard_model
 from octopipe.modes.execute import _costs, _plans, check_runtime, model_preset, rank_cores
 from octopipe.modes.inputs import Inputs
@@ -28,7 +28,7 @@ from octopipe.runtime.pinning import can_pin, core_ids, pin_map
 from octopipe.runtime.trace import measured_trace
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
-from octopipe.schedule.plan_io import save_plan
+from octopipe.plan_io import save_plan
 from octopipe.schedule.table import ScheduleTable
 from tests.reliability.cli import run_in_process
 

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from octopipe.cluster import Link
 from octopipe.cost.profiled import profiled_costs
 from octopipe.errors import ConfigError
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.layers import carry_shape
 from tests.runtime import tiny
 

@@ -16,7 +16,7 @@ from octopipe.cluster import Link
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute, process_context

@@ -8,7 +8,7 @@ from octopipe.config.cost import AnalyticCost
 from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.analytic import analytic_costs
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.model.build import build_model
 from octopipe.model.layer import LayerKind as K
 from octopipe.plan import Plan

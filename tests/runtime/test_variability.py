@@ -14,7 +14,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.experiments import rrfp
 from octopipe.io import CONF_DIR
-from octopipe.measure.machine import local_cluster
+from octopipe.runtime.machine import local_cluster
 from octopipe.modes.execute import measure
 from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, uniform_partition

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from octopipe.schedule.plan_io import load_plan
+from octopipe.plan_io import load_plan
 from octopipe.tune.report import report
 from tests.reliability.cli import main_in_process
 

@@ -6,7 +6,7 @@ import pytest
 
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.schedule.plan_io import load_plan, save_plan
+from octopipe.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
 from octopipe.tune import Problem, TuneOptions, tune
 from octopipe.tune.sharding import map_sizes, row_sharder, shard_rows

@@ -6,7 +6,7 @@ import pytest
 from octopipe.config.solver import SolverConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
-from octopipe.schedule.plan_io import load_plan, save_plan
+from octopipe.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
 from octopipe.tune import Candidate, Problem, TuneOptions, tune
 from octopipe.tune import tuner

@@ -40,7 +40,7 @@ from octopipe.io import write_json
 from octopipe.measure.bench.ranking import judge, spearman, spread
 from octopipe.measure.fidelity import Comparison, measure_fidelity, summarise
 from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
-from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.plan import Plan, partition_from_sizes, uniform_partition
 from octopipe.runtime.job import Job

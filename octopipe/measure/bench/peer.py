@@ -38,7 +38,7 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.profiled import profiled_costs
 from octopipe.io import CONF_DIR, write_json
 from octopipe.layers.batch import microbatch
-from octopipe.measure.machine import local_cluster, measure_loopback
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.spec import ModelSpec
 from octopipe.plan import Plan, uniform_partition

@@ -14,7 +14,7 @@ from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv
 from octopipe.schedule.lower import lower
-from octopipe.schedule.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file,
+from octopipe.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file,
                                        plan_to_doc, save_plan)
 from octopipe.schedule.table import ScheduleTable, v_placement
 
