@@ -7,6 +7,7 @@ all hold one; `min_max_partition` is the one min-max linear-partition DP.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
@@ -176,10 +177,50 @@ def _shards_of(value: Mapping | None) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
+class SchedulePolicy:
+    """The list-scheduling policy the tuner froze into a plan's table (`tune.candidate`), kept
+    so the same plan can be scheduled again at another micro-batch count (the layout search
+    tunes at few micro-batches and runs at many)."""
+
+    split_backward: bool
+    inflight: float                    # in-flight multiplier; inf: memory-bound
+    kind_rank: tuple[int, ...]
+    f_tiebreak: int
+    b_tiebreak: int
+    w_pressure: float
+    warmup: tuple[int, ...] = ()       # per-stage offsets to the in-flight limits
+
+    def to_doc(self) -> dict:
+        """The plan JSON's `meta.policy` object (infinite in-flight as null)."""
+        doc = {"split_backward": self.split_backward,
+               "inflight": None if math.isinf(self.inflight) else float(self.inflight),
+               "kind_rank": list(self.kind_rank), "f_tiebreak": self.f_tiebreak,
+               "b_tiebreak": self.b_tiebreak, "w_pressure": self.w_pressure}
+        if self.warmup:
+            doc["warmup"] = list(self.warmup)
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping, source: str = "plan JSON") -> SchedulePolicy:
+        """Read `meta.policy`; a missing or mistyped field is one ScheduleError naming it."""
+        try:
+            inflight = doc["inflight"]
+            return cls(bool(doc["split_backward"]), math.inf if inflight is None else float(inflight),
+                       tuple(int(k) for k in doc["kind_rank"]), int(doc["f_tiebreak"]),
+                       int(doc["b_tiebreak"]), float(doc["w_pressure"]),
+                       tuple(int(x) for x in doc.get("warmup", ())))
+        except KeyError as e:
+            raise ScheduleError(f"{source}: meta.policy lacks the field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise ScheduleError(f"{source}: meta.policy holds a value of the wrong type ({e})") from None
+
+
+@dataclass(frozen=True)
 class Plan:
     """Partition, table (which carries the placement) and `shards`: {original layer index:
     pieces} of the layers split before partitioning ({} for whole layers), so the partition
-    indexes the split model's layers. `meta` is provenance only (origin, policy, costs)."""
+    indexes the split model's layers. `policy`: the tuner's scheduling policy behind the table
+    (None for a named schedule). `meta` is provenance only (origin, costs)."""
 
     partition: Partition             # a sequence of (lo, hi) ranges becomes one
     table: ScheduleTable
@@ -187,6 +228,7 @@ class Plan:
     cluster: str = ""
     meta: dict = field(default_factory=dict, compare=False)
     shards: Mapping[int, int] = field(default_factory=dict, hash=False)
+    policy: SchedulePolicy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition", Partition.of(self.partition))

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from octopipe.errors import ScheduleError
 from octopipe.io import read_text, write_text
-from octopipe.plan import Plan
+from octopipe.plan import Plan, SchedulePolicy
 from octopipe.schedule.action import Action
 from octopipe.schedule.csv_io import read_csv, write_csv
 from octopipe.schedule.lower import validate_lowered
@@ -77,6 +77,8 @@ def plan_to_doc(plan: Plan, csv_name: str | None = None) -> dict:
         doc["action_costs"] = {str(k): float(v) for k, v in costs.items()}
     if csv_name is not None:
         doc["csv"] = csv_name
+    if plan.policy is not None:
+        meta["policy"] = plan.policy.to_doc()
     if plan.shards:
         meta["shards"] = {str(k): int(v) for k, v in plan.shards.items()}
     doc["meta"] = _jsonable(meta, "plan.meta")
@@ -157,6 +159,9 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
     if "action_costs" in doc:
         meta["action_costs"] = dict(doc["action_costs"])
     shards = meta.pop("shards", None) or {}
+    policy = meta.pop("policy", None)
+    if policy is not None and not isinstance(policy, Mapping):
+        raise ScheduleError(f"{source}: meta.policy must be an object, got {type(policy).__name__}")
     for old, new in OLD_META_KEYS.items():
         if old in meta:
             meta.setdefault(new, meta.pop(old))
@@ -164,7 +169,8 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
         parts = tuple((int(lo), int(hi)) for lo, hi in partition)
     except (TypeError, ValueError):
         raise ScheduleError(f"{source}: partition must be a list of [lo, hi] layer ranges") from None
-    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta, shards)
+    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta, shards,
+                SchedulePolicy.from_doc(policy, source) if policy is not None else None)
 
 
 def load_plan(path: str | Path, check: bool = True) -> Plan:

@@ -14,7 +14,7 @@ from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv
 from octopipe.schedule.lower import lower
-from octopipe.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file,
+from octopipe.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file, plan_from_doc,
                                        plan_to_doc, save_plan)
 from octopipe.schedule.table import ScheduleTable, v_placement
 
@@ -132,3 +132,24 @@ def test_action_costs_from_a_cost_table_travel_with_the_plan(tmp_path):
     assert load_plan(save_plan(with_costs, tmp_path / "p.json")).meta["action_costs"] == seconds
     with pytest.raises(ScheduleError, match="kind_of_device lists 1 devices; the table uses 2"):
         action_costs(plan, costs, (0,))
+
+
+def test_the_schedule_policy_round_trips_typed_with_its_warmup(tmp_path):
+    """`Plan.policy` is written to `meta.policy` and read back as the same typed value, warm-up
+    offsets and an unlimited in-flight count included; a policy missing a field is one error."""
+    import math
+
+    from octopipe.plan import Plan, SchedulePolicy
+    from octopipe.schedule.library import build_schedule
+
+    table = build_schedule("1f1b", 2, 4)
+    pol = SchedulePolicy(True, math.inf, (1, 0, 2), 0, 1, 0.9, (1, 0))
+    plan = Plan(((0, 2), (2, 4)), table, policy=pol)
+    save_plan(plan, tmp_path / "p.json")
+    back = load_plan(tmp_path / "p.json")
+    assert back.policy == pol
+    doc = plan_to_doc(plan)
+    assert doc["meta"]["policy"]["inflight"] is None and doc["meta"]["policy"]["warmup"] == [1, 0]
+    del doc["meta"]["policy"]["kind_rank"]
+    with pytest.raises(ScheduleError, match="kind_rank"):
+        plan_from_doc(doc)

@@ -16,7 +16,6 @@ input-gradient pass, before its backward.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -38,8 +37,8 @@ from octopipe.sim.result import SimResult
 from octopipe.sim.simulator import Simulator
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.baselines import run_baselines
-from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.freeze import to_plan
+from octopipe.tune.candidate import Problem
+from octopipe.tune.freeze import candidate_of, to_plan
 
 LEVELS = ("none", "selective", "full")
 
@@ -170,13 +169,9 @@ class LayoutEvaluator:
         """The tuned policy of `plan` (searched at fewer micro-batches) list-scheduled at the
         layout's count; None for a plan without a policy (a named schedule won) or that does not
         complete."""
-        pol = plan.meta.get("policy")
-        if not pol:
+        if plan.policy is None:
             return None
-        inflight = math.inf if pol["inflight"] is None else float(pol["inflight"])
-        cand = Candidate(plan.partition, tuple(plan.placement), bool(pol["split_backward"]),
-                         inflight, tuple(pol["kind_rank"]), int(pol["f_tiebreak"]),
-                         int(pol["b_tiebreak"]), float(pol["w_pressure"]))
+        cand = candidate_of(plan, plan.policy)
         problem = Problem.build(costs, self.grid.pipeline(layout), layout.pp, layout.microbatches,
                                 self.semantics)
         try:

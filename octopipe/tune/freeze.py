@@ -6,7 +6,7 @@ from typing import Mapping
 import numpy as np
 
 from octopipe.errors import InfeasibleError
-from octopipe.plan import Plan
+from octopipe.plan import Plan, SchedulePolicy
 from octopipe.schedule.action import Action, B, F, I, W
 from octopipe.schedule.table import ScheduleTable
 from octopipe.tune.candidate import Candidate, Problem
@@ -41,15 +41,18 @@ def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
     """The candidate's frozen table as a plan; `shards`: the layers the problem's model split."""
     result = result if result is not None else problem.estimate(cand)
     table = to_table(cand, result, problem.n_devices, problem.n_microbatches)
-    meta = dict(meta or {})
-    meta.setdefault("policy", {"split_backward": cand.split_backward, "inflight": _num(cand.inflight),
-                               "kind_rank": list(cand.kind_rank), "f_tiebreak": cand.f_tiebreak,
-                               "b_tiebreak": cand.b_tiebreak, "w_pressure": cand.w_pressure})
-    if cand.warmup:
-        meta["policy"]["warmup"] = list(cand.warmup)
-    return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=meta,
-                shards=shards or {})
+    return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=dict(meta or {}),
+                shards=shards or {}, policy=policy_of(cand))
 
 
-def _num(x: float):
-    return None if not np.isfinite(x) else float(x)
+def policy_of(cand: Candidate) -> SchedulePolicy:
+    """The candidate's scheduling policy as the plan keeps it."""
+    return SchedulePolicy(cand.split_backward, float(cand.inflight), tuple(cand.kind_rank),
+                          cand.f_tiebreak, cand.b_tiebreak, cand.w_pressure, tuple(cand.warmup))
+
+
+def candidate_of(plan: Plan, policy: SchedulePolicy) -> Candidate:
+    """The candidate that list-schedules `plan`'s partition and placement under `policy`."""
+    return Candidate(plan.partition, tuple(plan.placement), policy.split_backward, policy.inflight,
+                     tuple(policy.kind_rank), policy.f_tiebreak, policy.b_tiebreak,
+                     policy.w_pressure, policy.warmup)
