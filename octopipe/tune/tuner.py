@@ -22,51 +22,49 @@ result's `stopped_by` (`time_cap`), since that plan depends on the machine's spe
 from __future__ import annotations
 
 import math
-import time
 import threading
+import time
 from concurrent.futures import Future
-
-import numpy as np
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from octopipe.cluster import Cluster
-from octopipe.cost.stage_costs import StageCosts
-from octopipe.cost.table import CostTable
 from octopipe.config.convert import convert
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
+from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
-from octopipe.plan import Partition, Plan
-from octopipe.schedule.library import build_schedule
-from octopipe.schedule.action import Action, F, I, W
-from octopipe.schedule.table import ScheduleTable, v_placement
+from octopipe.plan import Plan
 from octopipe.sim.stage_span import stage_spans
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.bounds import layer_bound, lower_bound, memory_bound
-from octopipe.tune.fill_drain import FillDrain, contiguous_bound, fill_drain
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.evaluate import Evaluated, evaluate, safe
+from octopipe.tune.fill_drain import FillDrain, contiguous_bound, fill_drain
 from octopipe.tune.freeze import to_plan
+from octopipe.tune.ilp_starts import (
+    partition_starts,
+)
 from octopipe.tune.layout_bound import plan_layout_bound
 from octopipe.tune.levers import Levers, reference
+from octopipe.tune.memory_budget import (
+    activation_budget,
+    budget_plans,
+)
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
 from octopipe.tune.result import TuneResult
-from octopipe.tune.search import SearchConfig, SearchOutcome, fmt_bytes, iter_seed_candidates, search
-from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
-from solvers.instance import Inflight
-from solvers.partition_ilp import solve_partition
-from solvers.placement_ilp import solve_partition_placement
-from solvers.zb_auto import ZbInstance, zb_auto_schedule
-
-
-# the joint partition + placement ILP only where its root solve is quick: on larger instances
-# (54 layers x 8 devices) even its first 50 nodes took 18 s, so those fix the loop placement
-JOINT_ILP_MAX_CELLS = 128
-# the partition ILPs up to this many layer-stage cells: 100 nodes of the V partition ILP on 216
-# layer pieces x 64 stages took minutes, most of a large instance's tuning
-PARTITION_ILP_MAX_CELLS = 4096
+from octopipe.tune.search import (
+    SearchConfig,
+    SearchOutcome,
+    search,
+)
+from octopipe.tune.sharding import LayerSharder
+from octopipe.tune.split_choice import (
+    choose_split,
+    on_split_layers,
+    split_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
     st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
         st, o.sharder if "split_layers" in o.tuner.levers else None)
-    st.levers = Levers.of(o.tuner.levers, _on_shards(reference(whole.n_layers, whole.n_devices),
+    st.levers = Levers.of(o.tuner.levers, on_split_layers(reference(whole.n_layers, whole.n_devices),
                                                      st.counts))
     st.starts = starting_points(st, o.starts)
     ilp = in_background(ilp_starts, st, o.solver) if st.cfg.ilp else None  # ILPs: ilp_max_nodes
@@ -205,10 +203,10 @@ def layers_to_search(st: TuneState, sharder: LayerSharder | None
     problem, counts = whole, {}
     choice: list[dict] = []
     if sharder is not None and cfg.shard_layers == "auto":
-        problem, counts, choice = _choose_shards(whole, sharder, cfg.shard_share, cfg.max_chunks)
+        problem, counts, choice = choose_split(whole, sharder, cfg.shard_share, cfg.max_chunks)
     elif sharder is not None and cfg.shard_layers == "force":
         counts = sharder.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.shard_share)
-        problem = _shard_problem(whole, sharder, counts)
+        problem = split_problem(whole, sharder, counts)
     meta = {"shard_names": {int(k): whole.costs.layer_names[k] for k in counts},
             "shard_costs": sharder.source} if counts else {}
     if len(choice) > 1:
@@ -219,8 +217,8 @@ def layers_to_search(st: TuneState, sharder: LayerSharder | None
 def starting_points(st: TuneState, starts: Sequence[Candidate]) -> list[Candidate]:
     """Starting points (2/2): the feasible baselines and the caller's starts, over the layers
     the search runs on (the ILPs' join the search's pool: `join_ilp`)."""
-    cands = [_on_shards(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
-    cands += [_on_shards(c, st.counts) for c in starts]
+    cands = [on_split_layers(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
+    cands += [on_split_layers(c, st.counts) for c in starts]
     if not st.levers.all:          # a subset of levers searches from S-1F1B too
         cands.append(st.levers.ref)
     return cands
@@ -247,7 +245,7 @@ def ilp_starts(st: TuneState, solver_cfg: SolverConfig) -> tuple[list[Candidate]
         # that a loaded machine does not stop CBC at another incumbent
         scfg = replace(solver_cfg, max_nodes=st.budgets.ilp_nodes,
                        time_limit_s=max(1.0, st.budgets.left_s(st.elapsed())))
-        return _ilp_starts(st.problem, scfg)
+        return partition_starts(st.problem, scfg)
     except (OctoPipeError, ImportError) as e:
         return [], {"status": "unavailable", "reason": str(e).splitlines()[0]}
 
@@ -441,183 +439,36 @@ def emitted_fill_drain(st: TuneState) -> FillDrain:
 # Helpers of the stages
 
 
-BUDGET_SCHEDULES = (("zbh1", 1), ("zbh2", 1), ("zbv", 2))
 
 
-def budget_plans(problem: Problem, model: str) -> list[Plan]:
-    """Under a memory budget, the zero-bubble hand-made schedules (ZB-H1 at 1F1B's memory, ZB-H2
-    at about twice it, ZB-V) on uniform and balanced stages rank with the finalists; those over
-    the budget drop out there."""
-    D, M, L = problem.n_devices, problem.n_microbatches, problem.n_layers
-    work = problem.layer_work().mean(axis=1)
-    out = []
-    for name, v in BUDGET_SCHEDULES:
-        if D * v > L:
-            continue
-        table = build_schedule(name, D, M, chunks=v)
-        for part in dict.fromkeys((Partition.uniform(L, D * v), Partition.balanced(work, D * v))):
-            out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
-                            meta={"origin": f"{name} under the memory budget"}))
-    if D <= L:
-        for part in dict.fromkeys((Partition.uniform(L, D), Partition.balanced(work, D))):
-            table = _zb_auto_table(problem, part)
-            if table is not None:
-                out.append(Plan(part, table, model=model, cluster=problem.cluster.name,
-                                meta={"origin": "zero-bubble's automatic scheduler under the "
-                                                "memory budget"}))
-    return out
 
 
-def _zb_auto_table(problem: Problem, part: Partition) -> ScheduleTable | None:
-    """zero-bubble's automatic scheduler (`solvers.zb_auto`) on one stage per device, with the
-    stages' own times, bytes and budget; None when its greedy cannot fit the budget."""
-    D, M = problem.n_devices, problem.n_microbatches
-    arr = problem.arrays(Candidate(part, tuple(range(D))))
-    dur = np.asarray(arr.dur)
-    tup = lambda x: tuple(float(v) for v in x)  # noqa: E731
-    inst = ZbInstance(tup(dur[:, 0]), tup(dur[:, 1]), tup(dur[:, 2]), tup(arr.act),
-                      tup(np.asarray(arr.act) - np.asarray(arr.free_i)),
-                      tup(np.where(np.asarray(arr.cap) < 0, np.inf, arr.cap)),
-                      float(np.max(arr.comm_f, initial=0.0)), M)
-    try:
-        z = zb_auto_schedule(inst)
-    except InfeasibleError:
-        return None
-    rows = [[Action(s, (F, I, W)[k], mb) for k, mb in z.rows[s]] for s in range(D)]
-    return ScheduleTable.from_rows(rows, tuple(range(D)), M, "zb_auto")
 
 
-def s1f1b_activation(problem: Problem) -> float:
-    """The most activation bytes any device holds under S-1F1B (uniform stages, one per device):
-    stage s keeps min(D - s, M) micro-batches of its activations."""
-    D, M = problem.n_devices, problem.n_microbatches
-    st = StageCosts.bind(problem.costs, Partition.uniform(problem.n_layers, D), tuple(range(D)),
-                         problem.kind_col)
-    return float(max(min(D - s, M) * st.act_bytes[s] for s in range(D)))
 
 
-def activation_budget(problem: Problem, multiple: float) -> np.ndarray:
-    """tuner.memory_budget in bytes per device; InfeasibleError when even the heaviest layer's
-    activations for one micro-batch exceed it (no partition or schedule can then fit)."""
-    ref = s1f1b_activation(problem)
-    budget = multiple * ref
-    act = problem.costs.act_bytes
-    j = int(np.argmax(act))
-    if act[j] > budget * (1 + 1e-9):
-        raise InfeasibleError(
-            f"tuner.memory_budget={multiple:g}: {fmt_bytes(budget)} of activations per device "
-            f"({multiple:g} x S-1F1B's {fmt_bytes(ref)}), but layer {j} "
-            f"({problem.costs.layer_names[j]}) alone holds {fmt_bytes(act[j])} for one "
-            f"micro-batch: short by {fmt_bytes(act[j] - budget)}; raise the budget")
-    return np.full(problem.n_devices, budget)
 
 
-def _ilp_starts(problem: Problem, scfg: SolverConfig) -> tuple[list[Candidate], dict]:
-    """ILP partitions (solvers, with `scfg`'s node limit and time cap) as starting candidates:
-    the joint partition + placement ILP with one stage per device (the partition ILP on the loop
-    placement beyond JOINT_ILP_MAX_CELLS layer-device pairs), and the partition ILP on the V
-    placement with two stages per device."""
-    D, L, M = problem.n_devices, problem.n_layers, problem.n_microbatches
-    # the joint ILP with several stages per device takes tens of seconds on this class of
-    # machine, more than the whole tuning budget, so it runs with one stage per device only
-    runs = [("loop", 1, "zbh1", None if L * D <= JOINT_ILP_MAX_CELLS else tuple(range(D))),
-            ("V", 2, "zbv", v_placement(D, 2))]
-    cands: list[Candidate] = []
-    info: dict = {}
-    for label, chunks, sched, placement in runs:
-        if D * chunks > L:
-            continue
-        if L * D * chunks > PARTITION_ILP_MAX_CELLS:
-            run = {"status": "skipped", "schedule": sched,
-                   "reason": f"{L} layers x {D * chunks} stages > {PARTITION_ILP_MAX_CELLS} cells"}
-            if label == "loop":
-                info = run
-            else:
-                info["v"] = run
-            continue
-        t0 = time.perf_counter()
-        try:
-            if placement is None:
-                res = solve_partition_placement(problem.costs, problem.cluster, D * chunks,
-                                                Inflight(sched, M, chunks), scfg)
-            else:
-                res = solve_partition(problem.costs, problem.cluster, D * chunks, placement,
-                                      Inflight(sched, M, chunks), scfg)
-        except OctoPipeError as e:
-            run = {"status": "infeasible", "reason": str(e).splitlines()[0], "schedule": sched}
-        else:
-            run = {"method": res.method, "status": res.status, "objective_s": res.objective,
-                   "proven_optimal": res.proven_optimal, "fits_memory": res.fits_memory,
-                   "solve_time_s": time.perf_counter() - t0, "stages": len(res.partition),
-                   "schedule": sched, "time_capped": res.time_capped, "max_nodes": scfg.max_nodes}
-            if res.partition:
-                part = Partition.of(res.partition)
-                cands += [Candidate(part, tuple(res.placement), split_backward, infl, origin=f"ILP {label}")
-                          for split_backward in (True, False) for infl in (1.0, 2.0, math.inf)]
-        if label == "loop":
-            info = run
-        else:
-            info["v"] = run
-    return cands, info
 
 
-def _shard_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Problem:
-    """`whole` with its layers split by `counts` (itself when nothing splits)."""
-    if not counts:
-        return whole
-    return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
-                         whole.n_microbatches, whole.semantics, whole.act_budget, whole.contention)
 
 
-def _choose_shards(whole: Problem, sharder: LayerSharder, max_share: float, max_chunks: int,
-                   gain: float = 0.01) -> tuple[Problem, dict, list[dict]]:
-    """The split worth searching, of `sharder.options`, and how each option scored.
-
-    A split's bound is the larger of its layer bound (the heaviest piece with the fill before it
-    and the drain after it) and its pieces packed onto the devices (LPT), so both kinds of gap
-    count: an LM head heavier than a device's share, and 26 equal MoE layers on 8 devices, where
-    one device must take 4 (23% over the share; thirds: 2.6%). Options within `gain` of the
-    lowest bound tie on it; the bound does not see the fill and drain of a deep pipeline, which
-    smaller pieces shorten (more, smaller chunks per device), so a tie goes to the option whose
-    best starting point (`iter_seed_candidates`, split backward, estimated) is shortest, then to
-    the fewest pieces. The estimates are a fixed set per option: the same choice at any load."""
-    D, M = whole.n_devices, whole.n_microbatches
-    work = whole.layer_work().min(axis=1)
-    scored = []
-    for counts in sharder.options(work, D, max_share):
-        pb = _shard_problem(whole, sharder, counts)
-        bound = max(layer_bound(pb), M * packed_max(pb.layer_work().min(axis=1), D))
-        scored.append((bound, sum(counts.values()), pb, counts))
-    best = min(b for b, _, _, _ in scored)
-    near = [j for j, x in enumerate(scored) if x[0] <= best * (1 + gain)]
-    seeds = {j: _best_seed(scored[j][2], max_chunks) for j in near} if len(near) > 1 else {}
-    pick = min(near, key=lambda j: (seeds.get(j, 0.0), scored[j][1]))
-    info = [{"pieces": n, "bound_s": b, **({"best_start_s": seeds[j]} if j in seeds else {})}
-            for j, (b, n, _, _) in enumerate(scored)]
-    return scored[pick][2], scored[pick][3], info
 
 
-def _best_seed(problem: Problem, max_chunks: int) -> float:
-    """The shortest estimate among `problem`'s split-backward starting points."""
-    best = math.inf
-    for c in iter_seed_candidates(problem, max_chunks):
-        if c.split_backward:
-            v = problem.estimate_makespan(c, best)
-            if v < best:                # NaN: stopped early, above `best`
-                best = v
-    return best
 
 
-def _on_shards(cand: Candidate, counts: dict) -> Candidate:
-    """A candidate over the original layers as the same stages over the split model."""
-    return replace(cand, partition=Partition(map_sizes(cand.sizes, counts))) if counts else cand
 
 
 def _progress(show: bool, budget: int):
     """A context giving the search's progress callback: a rich bar when `show`, else None."""
     if not show:
         return nullcontext(None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # only for a terminal bar
+    from rich.progress import (  # only for a terminal bar
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     @contextmanager
     def bar() -> Iterator[Callable[[int, float, int], None]]:

@@ -10,7 +10,7 @@ from octopipe.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
 from octopipe.tune import Problem, TuneOptions, tune
 from octopipe.tune.sharding import map_sizes, row_sharder, shard_rows
-from octopipe.tune.tuner import _choose_shards
+from octopipe.tune.split_choice import choose_split
 
 from .helpers import free_cluster
 
@@ -74,19 +74,19 @@ def test_choice_shards_for_granularity_only_where_it_pays():
     costs = CostTable.uniform(26, static_bytes=1.0)
     sp = row_sharder(costs, [True] * 26)
     assert sp.counts(np.ones(26), 8, 0.5) == {}
-    _, counts, _ = _choose_shards(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
+    _, counts, _ = choose_split(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
     assert counts == {i: 3 for i in range(26)}
     # 32 equal layers on 8 devices balance exactly, whole or halved: the bounds tie, and the tie
     # goes to the option whose best starting point is shorter (halves: 8 chunks per device, a
     # shorter fill), which the choice records
     c32 = CostTable.uniform(32)
-    pb, counts, info = _choose_shards(Problem.build(c32, cl, 8, 64), row_sharder(c32, [True] * 32), 0.5, 8)
+    pb, counts, info = choose_split(Problem.build(c32, cl, 8, 64), row_sharder(c32, [True] * 32), 0.5, 8)
     whole, halves = info
     assert whole["pieces"] == 0 and whole["bound_s"] == halves["bound_s"]
     assert halves["best_start_s"] < whole["best_start_s"]
     assert counts == {i: 2 for i in range(32)} and pb.n_layers == 64
     # with one option alone nothing is estimated
-    _, _, info = _choose_shards(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
+    _, _, info = choose_split(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
     assert all("best_start_s" not in x for x in info)
 
 

@@ -15,7 +15,7 @@ from octopipe.tune import TuneOptions, tune
 from octopipe.tune.attribution import from_list_result
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.moves import neighbours, warmup_moves
-from octopipe.tune.tuner import activation_budget
+from octopipe.tune.memory_budget import activation_budget
 from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
 from .test_memory_budget import hetero_zb_costs, zb_costs

@@ -31,7 +31,7 @@ from octopipe.sim.simulator import simulate
 from octopipe.sim.stage_span import span_bubble_rate
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.candidate import Problem
-from octopipe.tune.tuner import activation_budget
+from octopipe.tune.memory_budget import activation_budget
 from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
 RATE = 312e12 * 0.5     # A100 bf16 peak at 50% MFU, FLOP/s
