@@ -50,14 +50,14 @@ def run(inputs: Inputs) -> Result:
             update(line, r["step"] - start, t.steps - start)
             if not inputs.interactive and (r["step"] - start) % every == 0:
                 inputs.progress(line)
-        job = train_job(cfg, s, tmp, start)
-        result = launch_training(job, t.timeout_s, cfg.runtime.stall_s, on_step)
+        job, spec = train_job(cfg, s, start)
+        result = launch_training(job, spec, tmp, on_step)
     recs = result.records
     summary = {"status": "ok", "model": s.name, "pp": t.pp, "microbatches": t.microbatches,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start)}
-    if job.stream is not None:
-        st = job.stream
+    if spec.stream is not None:
+        st = spec.stream
         held = list(st.schedule().versions_held())
         summary["asynchronous"] = {"rule": st.rule.value, "window": st.window, "stream_microbatches": st.length,
                                    "updates_per_stage": st.length // st.window, "flushes": 0,
@@ -68,9 +68,9 @@ def run(inputs: Inputs) -> Result:
                       f"(clipped by the stage's own norm); weight versions held per stage "
                       f"{held}")
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
-    if t.check_reference and job.stream is not None:
+    if t.check_reference and spec.stream is not None:
         inputs.progress("replaying the asynchronous streams in one process")
-        ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg), job.stream], s.batches,
+        ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg), spec.stream], s.batches,
                               s.optim, cfg.seed)
         loss_err, weight_err = compare(result, TrainRun(ref.losses, ref.params, "", []), s.blocks, s.plan.shards)
         mb_err = max(rel_err(result.microbatch_losses[k], v) for k, v in ref.microbatch_losses.items())

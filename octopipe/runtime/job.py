@@ -7,12 +7,41 @@ read where it is used.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
 
 from octopipe.cluster import Cluster
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.model.spec import ModelSpec
+from octopipe.model.user_module import UserBlocks
 from octopipe.plan import Plan
+
+
+class BatchSource(Protocol):
+    """The data of a real run: the inputs and targets of micro-batch `mb` of `iteration`."""
+
+    def batch(self, iteration: int, mb: int) -> dict: ...
+
+
+class WeightPolicy(Protocol):
+    """An asynchronous weight policy (`octopipe.asynchronous.runtime.WeightStash`): which weight
+    version each micro-batch reads, and the update after each backward."""
+
+    def bind(self, stage: int, module: torch.nn.Module) -> None: ...
+
+    def forward_params(self, stage: int, mb: int) -> dict[str, torch.Tensor]: ...
+
+    def params(self, stage: int, mb: int) -> list[torch.Tensor]: ...
+
+    def backward_done(self, stage: int, mb: int, grads) -> None: ...
+
+    def state(self) -> dict[str, torch.Tensor]: ...
+
+
+# the layers a real run builds: a preset's ModelSpec, or a user's blocks (`model.user_module`)
+Layers = ModelSpec | UserBlocks
 
 
 @dataclass(frozen=True)
@@ -29,24 +58,28 @@ class Fault:
 class Job:
     """What one launch runs: `config.warmup + config.iterations` iterations of `plan`.
 
-    `model` builds the layers under `config.compute="real"` (None for emulated compute). `costs`
+    `model` builds the layers under `config.compute="real"` (None for emulated compute): a
+    preset's ModelSpec or a user's blocks (`mode=train` launches its jobs the same way). `costs`
     and `cluster` are the modelled costs and the machine the simulator sees: emulated compute
     sleeps `costs` (scaled by `emulation`), measurement simulates with them. `pinned[rank]` is
     the core each rank is pinned to (None: the OS places them).
     """
 
     plan: Plan
-    model: ModelSpec | None = None
+    model: Layers | None = None
     config: RuntimeConfig = field(default_factory=RuntimeConfig)
     seed: int = 0
     pinned: tuple[int, ...] | None = None
     costs: CostTable | None = field(default=None, repr=False)
     cluster: Cluster | None = None
     fault: Fault | None = None
-    weights: object | None = None   # an asynchronous weight policy (asynchronous.runtime.WeightStash)
+    weights: WeightPolicy | None = None   # an asynchronous weight policy (asynchronous.runtime.WeightStash)
     # a within-launch A/B test: even iterations strict, odd ones config.dispatch (ready_first),
     # iteration 2k + 1 on the draws and data of 2k, so a launch's speed cancels in each pair
     ab_strict: bool = False
+    data: BatchSource | None = None       # real compute: the batches (None: synthetic tokens)
+    autocast: str = ""                    # real compute: "" (fp32) | bfloat16 (forwards under autocast)
+    init_method: str = ""                 # the process group's rendezvous ("": a free local port)
 
     @property
     def total_iterations(self) -> int:

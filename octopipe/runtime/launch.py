@@ -18,6 +18,8 @@ import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
 from pathlib import Path
 
 import torch
@@ -29,11 +31,13 @@ from octopipe.sim.agreement import agreement_stages
 from octopipe.runtime.control import Control, Failure
 from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
-from octopipe.runtime.job import Job
+from octopipe.runtime.job import Job, Layers
 from octopipe.runtime.lifeline import rank_entry
 from octopipe.runtime.tensor_parallel import assemble
+from octopipe.runtime.stage import as_blocks
 from octopipe.runtime.transport import choose_transport
-from octopipe.runtime.worker import RankJob
+from octopipe.runtime.rank_job import ComputeSpec, RankJob, TensorParallelSpec, Wiring
+from octopipe.runtime.worker import RankProgram, run_iterations
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import validate
 
@@ -56,15 +60,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def check_job(model: ModelSpec | None, partition, table: ScheduleTable) -> ScheduleTable:
+def check_job(model: Layers | None, partition, table: ScheduleTable) -> ScheduleTable:
     """Reject a plan the runtime cannot run, before any process starts."""
     compute = table.compact().compute_only()
     validate(compute)
     if len(partition) != table.n_stages:
         raise ScheduleError(f"partition has {len(partition)} stages but the table places {table.n_stages}")
-    if model is not None and partition[-1][1] != model.n_layers:
-        raise ScheduleError(f"partition covers {partition[-1][1]} layers but model {model.name!r} has "
-                            f"{model.n_layers}")
+    if model is not None:
+        n = as_blocks(model).n_blocks
+        name = f"model {model.name!r}" if isinstance(model, ModelSpec) else "the model's block list"
+        if partition[-1][1] != n:
+            raise ScheduleError(f"partition covers {partition[-1][1]} layers but {name} has {n}; run the "
+                                "plan on the model it was made for")
     return compute
 
 
@@ -259,20 +266,21 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
             raise err
 
 
-def rank_job(job: Job, table: ScheduleTable, init_method: str, result_dir: str) -> RankJob:
+def rank_job(job: Job, table: ScheduleTable, result_dir: str) -> RankJob:
     """What every rank of `job` gets: `table` (the plan's compute-only table), the transport and
     device resolved, emulated compute's sleeps and message sizes worked out once."""
     config = job.config
     transport, device = choose_transport(config.backend, config.transport, config.device)
-    emulated = emulation(job) if config.compute == "emulated" else None
-    return RankJob(job.model if config.compute == "real" else None, job.plan.partition, table,
-                   table.n_devices * config.tp, init_method, config.backend, config.dispatch, config.compute,
-                   job.total_iterations, job.seed, config.lr,
-                   dict(emulated.durations) if emulated else {}, dict(emulated.message_elems) if emulated else {},
-                   result_dir, job.fault, cpus=tuple(job.pinned or ()), transport=transport, device=device,
-                   weights=job.weights,
-                   arbitration=arbitration(job, table, dict(emulated.durations) if emulated else {}),
-                   tp=config.tp, agree_stages=agree_stages(job), ab_strict=job.ab_strict)
+    durations = dict(emulation(job).durations) if config.compute == "emulated" else {}
+    elems = dict(emulation(job).message_elems) if config.compute == "emulated" else {}
+    wiring = Wiring(table.n_devices * config.tp, job.init_method or f"tcp://127.0.0.1:{free_port()}",
+                    config.backend, transport, device)
+    compute = ComputeSpec(config.compute, job.model if config.compute == "real" else None, job.data,
+                          job.autocast, durations, elems, cpus=tuple(job.pinned or ()))
+    return RankJob(job.plan.partition.ranges, table, wiring, compute,
+                   TensorParallelSpec(config.tp, agree_stages(job)), arbitration(job, table, durations),
+                   job.weights, config.dispatch, job.total_iterations, job.seed, config.lr, result_dir,
+                   job.fault, job.ab_strict)
 
 
 def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:
@@ -296,7 +304,7 @@ def _check(job: Job) -> ScheduleTable:
     if config.compute not in ("real", "emulated"):
         raise ScheduleError(f"runtime.compute={config.compute!r}: choose real or emulated")
     if config.compute == "real" and job.model is None:
-        raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec")
+        raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec or a block list")
     compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
     check_arbitration(job, compute_table, choose_transport(config.backend, config.transport, config.device)[0])
     world = table.n_devices * config.tp
@@ -310,6 +318,26 @@ def _check(job: Job) -> ScheduleTable:
     return compute_table
 
 
+def launch(job: Job, result_dir: str, program: RankProgram = run_iterations,
+           payload: Callable[[RankJob], Any] = lambda rank: rank) -> ScheduleTable:
+    """The one route into the runtime: check `job` (before any process starts), then run
+    `program(rank, payload(rank_job), control)` on one process per rank, watched until all exit,
+    each writing into `result_dir`. `mode=execute` runs the runtime's own iterations
+    (`run_iterations`); `mode=train` runs its training loop on the same job. Returns the
+    compute-only table that ran."""
+    rank = resolve(job, result_dir)
+    target = partial(rank_entry, os.getpid(), result_dir, program)
+    run_ranks(target, payload(rank), rank.table, job.config.timeout_s, job.config.stall_s,
+              world=rank.wiring.world)
+    return rank.table
+
+
+def resolve(job: Job, result_dir: str) -> RankJob:
+    """`job` checked (the runtime refuses what it cannot run before any process starts) and
+    resolved into what every rank gets; torchrun's entries call it in each rank."""
+    return rank_job(job, _check(job), result_dir)
+
+
 def execute(job: Job) -> ExecutionResult:
     """Run `job` on one process per device and return what was measured.
 
@@ -320,32 +348,20 @@ def execute(job: Job) -> ExecutionResult:
     Device: `cpu`, `cuda` (with gloo, several ranks may share one GPU; messages are staged
     through the CPU) or `auto` (cuda for nccl, cpu for gloo).
     """
-    compute_table = _check(job)
-    world = compute_table.n_devices * job.config.tp
-    ctx = process_context()
-    control = Control(world, ctx)
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
-        rank = rank_job(job, compute_table, f"tcp://127.0.0.1:{free_port()}", tmp)
-        procs = [ctx.Process(target=rank_entry, args=(os.getpid(), r, rank, control), name=f"octopipe-rank{r}")
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        try:
-            _watch(procs, control, compute_table, job.config.timeout_s, job.config.stall_s)
-        finally:
-            for p in procs:
-                if p.exitcode is None:
-                    p.kill()
-                p.join(timeout=5)
+        compute_table = launch(job, tmp)
+        world = compute_table.n_devices * job.config.tp
         docs = [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=False) for r in range(world)]
     return _gather(docs, compute_table, job.total_iterations)
 
 
-def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: float) -> None:
-    """Start `target(rank, payload, control)` on one process per row of `table` and watch them
-    until all exit (RuntimeExecutionError naming the failed or stalled rank otherwise): what
-    `execute` does for `rank_main`, for other rank entries (mode=train's)."""
-    world = table.n_devices
+def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: float,
+              world: int | None = None) -> None:
+    """Start `target(rank, payload, control)` on `world` processes (default: a rank per row of
+    `table`) and watch them until all exit (RuntimeExecutionError naming the failed or stalled
+    rank otherwise); every process still running at the end is killed. The one process loop of
+    every launch (`launch`, torch's runtime in `train.torch_runtime`)."""
+    world = table.n_devices if world is None else world
     ctx = process_context()
     control = Control(world, ctx)
     procs = [ctx.Process(target=target, args=(r, payload, control), name=f"octopipe-rank{r}")

@@ -15,9 +15,10 @@ import shutil
 import signal
 import threading
 import time
+from typing import Any
 
 from octopipe.runtime.control import Control
-from octopipe.runtime.worker import RankJob, rank_main
+from octopipe.runtime.worker import RankProgram, rank_main
 
 BEAT_S = 0.1
 
@@ -61,9 +62,10 @@ def _watch(launcher: int, result_dir: str, rank: int, control: Control) -> None:
             os._exit(1)
 
 
-def rank_entry(launcher: int, rank: int, job: RankJob, control: Control) -> None:
-    """The process entry of a launched rank: the lifeline, then `rank_main`."""
+def rank_entry(launcher: int, result_dir: str, program: RankProgram, rank: int, payload: Any,
+               control: Control) -> None:
+    """The process entry of a launched rank: the lifeline, then `program` through `rank_main`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_watch, args=(launcher, job.result_dir, rank, control), daemon=True,
+    threading.Thread(target=_watch, args=(launcher, result_dir, rank, control), daemon=True,
                      name="octopipe-lifeline").start()
-    rank_main(rank, job, control)
+    rank_main(rank, payload, control, program)

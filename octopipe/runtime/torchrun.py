@@ -28,7 +28,7 @@ from octopipe.model.build import build_model
 from octopipe.plan import plan_model
 from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.job import Job
-from octopipe.runtime.launch import check_job, rank_job
+from octopipe.runtime.launch import resolve
 from octopipe.runtime.worker import rank_main
 from octopipe.plan_io import load_plan
 
@@ -53,13 +53,13 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     plan = load_plan(args.plan)
     model = plan_model(build_model(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")), plan)
-    job = Job(plan, model, config, seed=args.seed)
-    table = check_job(model, plan.partition, plan.table)
+    job = Job(plan, model, config, seed=args.seed, init_method="env://")
+    table = plan.table.compact().compute_only()
     if table.n_devices != world:
         raise ScheduleError(f"the plan has {table.n_devices} ranks but torchrun started {world}; "
                             f"set --nnodes x --nproc-per-node = {table.n_devices}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    rank_main(rank, rank_job(job, table, "env://", args.out), TorchrunControl())
+    rank_main(rank, resolve(job, args.out), TorchrunControl())
 
 
 if __name__ == "__main__":

@@ -14,24 +14,34 @@ import os
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
-
 import torch
 import torch.distributed as dist
 
-from octopipe.model.spec import ModelSpec
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
-from octopipe.runtime.dispatch import Arbitration
 from octopipe.runtime.jitter import DelayedSender, Jittered
-from octopipe.runtime.tensor_parallel import NONE, Grid, Round, TPBlocks, agreed, rank_shards
-from octopipe.runtime.job import Fault
-from octopipe.runtime.stage import SyntheticBatches, as_blocks
+from octopipe.runtime.messages import (
+    expected_messages,
+    pair_groups,
+    pair_orders,
+    produced_message,
+    replica_groups,
+)
+from octopipe.runtime.rank_job import RankJob
+from octopipe.runtime.stage import SyntheticBatches
+from octopipe.runtime.tensor_parallel import (
+    NONE,
+    Grid,
+    Round,
+    TPBlocks,
+    agreed,
+    rank_shards,
+)
 from octopipe.runtime.transport import BWD, FWD, Key, OrderedTransport, Pairs, Transport
 from octopipe.schedule.action import Action, ActionKind
-from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.agreement import needs_agreement
 from octopipe.sim.hints import KIND_CODE, admission_order, admits, row_priority
 
@@ -40,118 +50,18 @@ class Aborted(Exception):
     """Another rank failed; this one stops where it is."""
 
 
-@dataclass(frozen=True)
-class RankJob:
-    """Everything a rank needs, resolved and picklable (`launch.rank_job` builds it from a Job);
-    identical for all ranks except `rank`."""
-
-    model: ModelSpec | object | None       # a ModelSpec or a block list (runtime/stage.py)
-    partition: tuple[tuple[int, int], ...]
-    table: ScheduleTable
-    world: int
-    init_method: str
-    backend: str = "gloo"
-    dispatch: str = "ready_first"
-    compute: str = "real"
-    iterations: int = 1
-    seed: int = 0
-    lr: float = 0.0
-    durations: dict = field(default_factory=dict)          # emulated: stage -> (f, i, w) s
-    message_elems: dict = field(default_factory=dict)      # emulated: stage -> float32 elements
-    result_dir: str = ""
-    fault: Fault | None = None
-    threads: int = 1
-    cpus: tuple[int, ...] = ()      # cpus[rank]: the core that rank is pinned to (empty: not pinned)
-    transport: str = "tagged"       # tagged | ordered (resolved by `choose_transport`)
-    device: str = "cpu"             # cpu | cuda (resolved by `choose_transport`)
-    weights: object | None = None   # asynchronous weight policy (issue 15), applied per backward
-    batches: object | None = None   # real: batch(iteration, mb) -> dict (None: synthetic tokens)
-    autocast: str = ""              # real: "" (fp32) | bfloat16 (forwards under torch.autocast)
-    arbitration: Arbitration = field(default_factory=Arbitration)
-    tp: int = 1                     # world rank r = TP rank r % tp of pipeline rank r // tp
-    # per stage: whether its F, I, W run TP collectives (B: I or W; `sim.agreement.agreement_stages`; empty: F, I, B everywhere)
-    agree_stages: tuple[tuple[bool, bool, bool], ...] = ()
-    ab_strict: bool = False         # even iterations strict, odd ones `dispatch`, pairs on one draw (`Job`)
 
 
-def owner(table: ScheduleTable, stage: int, mb: int) -> int:
-    return table.device_of(stage, mb)
 
 
-def produced_message(table: ScheduleTable, a: Action) -> tuple[Key, int] | None:
-    """The message action `a` sends on and the rank that holds its consumer (maybe its own)."""
-    s, m = a.stage, a.microbatch
-    if a.kind is ActionKind.F and s + 1 < table.n_stages:
-        return Key(s + 1, m, FWD), owner(table, s + 1, m)
-    if a.kind in (ActionKind.B, ActionKind.I) and s > 0:
-        return Key(s - 1, m, BWD), owner(table, s - 1, m)
-    return None
 
 
-def pair_orders(table: ScheduleTable) -> dict[tuple[int, int], list[Key]]:
-    """For each ordered pair of ranks (src, dst) that exchange messages in one iteration, the
-    messages src sends to dst in the order src's row produces them: the canonical order in
-    which both ends post them on the `ordered` transport."""
-    compute = table.compact().compute_only()
-    orders: dict[tuple[int, int], list[Key]] = {}
-    for src in range(compute.n_devices):
-        for a in compute.actions(src):
-            msg = produced_message(compute, a)
-            if msg is not None and msg[1] != src:
-                orders.setdefault((src, msg[1]), []).append(msg[0])
-    return orders
 
 
-def pair_groups(orders: dict[tuple[int, int], list[Key]]) -> dict[tuple[int, int], object]:
-    """A process group per ordered pair, created by every rank in the same sorted order (torch
-    requires it), then used once by its two ranks in that same global order, so that NCCL's lazy
-    communicator set-up (blocking on both ends) happens before any receive is left pending."""
-    groups = {pair: dist.new_group(sorted(pair)) for pair in sorted(orders)}
-    rank = dist.get_rank()
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
-        else torch.device("cpu")
-    for (src, dst), group in groups.items():
-        if rank == src:
-            dist.send(torch.zeros(1, device=device), dst=dst, group=group)
-        elif rank == dst:
-            dist.recv(torch.zeros(1, device=device), src=src, group=group)
-    return groups
 
 
-def replica_groups(table: ScheduleTable) -> dict[int, tuple[tuple[int, ...], object]]:
-    """For each stage held by several ranks (Chimera replicas), those ranks and a process group
-    over them; every rank creates every group, in stage order, as torch requires."""
-    groups = {}
-    for s in range(table.n_stages):
-        ranks = tuple(sorted({pl[s] for pl in table.all_placements()}))
-        if len(ranks) > 1:
-            groups[s] = (ranks, dist.new_group(list(ranks)))
-    return groups
 
 
-def _message_shape(job: RankJob, key: Key) -> tuple[int, ...]:
-    """Shape of the tensor travelling into `key.stage` (its input, or its output's gradient)."""
-    boundary = key.stage - 1 if key.direction == FWD else key.stage
-    if job.compute == "emulated":
-        return (max(int(job.message_elems.get(boundary, 1)), 1),)
-    return as_blocks(job.model).carry_shape(job.partition[boundary][1] - 1)
-
-
-def expected_messages(job: RankJob, rank: int, row: tuple[Action, ...]) -> dict[Key, tuple[int, tuple[int, ...]]]:
-    """The messages this rank consumes from other ranks in one iteration, with source and shape."""
-    n_s = job.table.n_stages
-    out = {}
-    for a in row:
-        s, m = a.stage, a.microbatch
-        if a.kind is ActionKind.F and s > 0:
-            src, key = owner(job.table, s - 1, m), Key(s, m, FWD)
-        elif a.kind in (ActionKind.B, ActionKind.I) and s < n_s - 1:
-            src, key = owner(job.table, s + 1, m), Key(s, m, BWD)
-        else:
-            continue
-        if src != rank:
-            out[key] = (src, _message_shape(job, key))
-    return out
 
 
 class Rank:
@@ -163,22 +73,22 @@ class Rank:
         self.table = job.table
         self.prank, self.trank = divmod(rank, job.tp)     # pipeline rank, TP rank
         self.row = job.table.compact().compute_only().actions(self.prank)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" \
+        self.device = torch.device("cuda", torch.cuda.current_device()) if job.wiring.device == "cuda" \
             else torch.device("cpu")
-        self.comm_device = self.device if job.backend == "nccl" else torch.device("cpu")
-        self.tp_group = Grid(job.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
+        self.comm_device = self.device if job.wiring.backend == "nccl" else torch.device("cpu")
+        self.tp_group = Grid(job.wiring.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
         # real compute with tp > 1: this TP rank's shard of each layer (runtime/tensor_parallel.py)
         self.blocks = TPBlocks(job.model, self.trank, job.tp, self.tp_group) \
-            if self.tp_group is not None and job.compute == "real" else None
-        if job.compute == "emulated":
-            self.compute = EmulatedCompute(job.durations, job.message_elems, job.table.n_stages, self.device)
+            if self.tp_group is not None and job.compute.kind == "real" else None
+        if job.compute.kind == "emulated":
+            self.compute = EmulatedCompute(job.compute.durations, job.compute.message_elems, job.table.n_stages, self.device)
         else:
             self.compute = RealCompute(job.model if self.blocks is None else self.blocks, job.partition,
                                        job.table.replica_stages_of(self.prank), job.table.n_microbatches,
                                        job.seed, self.device, job.table.mb_replica, job.weights)
-            if job.batches is not None or self.blocks is not None:
-                self.compute.batches = job.batches or SyntheticBatches(job.model, job.seed)
-            self.compute.autocast = getattr(torch, job.autocast) if job.autocast else None
+            if job.compute.data is not None or self.blocks is not None:
+                self.compute.batches = job.compute.data or SyntheticBatches(job.model, job.seed)
+            self.compute.autocast = getattr(torch, job.compute.autocast) if job.compute.autocast else None
         arb = job.arbitration
         if arb.variability is not None:
             self.compute = Jittered(self.compute, arb.variability, self.prank, job.seed,
@@ -193,7 +103,7 @@ class Rank:
         self.groups = replica_groups(job.table)
         # the ordered transport's pairs join TP rank t of one pipeline rank to TP rank t of another
         self.orders = {(src * job.tp + t, dst * job.tp + t): keys
-                       for (src, dst), keys in (pair_orders(job.table) if job.transport == "ordered" else {}).items()
+                       for (src, dst), keys in (pair_orders(job.table) if job.wiring.transport == "ordered" else {}).items()
                        for t in range(job.tp)}
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
@@ -211,7 +121,7 @@ class Rank:
             return frozenset()
         if self.gated:
             return frozenset(self.row)
-        stages = self.job.agree_stages
+        stages = self.job.tensor_parallel.agree_stages
         return frozenset(a for a in self.row if bool(needs_agreement(
             KIND_CODE[a.kind], *(stages[a.stage] if stages else (True, True, False)))))
 
@@ -275,7 +185,7 @@ class Rank:
                     free = self._free(pending, done, local, feeding=True)
                     if free is not None:
                         return free
-                    if self.job.backend == "nccl" or any(a in self.feeding for a in pending):
+                    if self.job.wiring.backend == "nccl" or any(a in self.feeding for a in pending):
                         t0 = time.perf_counter()
                         inbox.cv.wait(timeout=self._poll_s)
                         self._agree_s += time.perf_counter() - t0
@@ -301,7 +211,7 @@ class Rank:
         t0 = time.perf_counter()
         # the round's callback wakes a rank waiting on its inbox; a rank with no feeding task blocks
         # on the round itself and needs none (one less Python thread wanting the GIL per round)
-        callback = wake if self.job.backend != "nccl" and self.feeding else None
+        callback = wake if self.job.wiring.backend != "nccl" and self.feeding else None
         self._round = Round(self.rowpos[a], self.tp_group, self.comm_device, callback, seen=self._changes(done),
                             posted=t0)
         self._agree_rounds += 1
@@ -434,9 +344,9 @@ class Rank:
         # torch's schedules do, so no waiter thread takes the GIL from a computing rank
         self.dispatch = "strict" if self.job.ab_strict and it % 2 == 0 else self.job.dispatch
         inline = self.dispatch == "strict"
-        if self.job.transport == "ordered":
+        if self.job.wiring.transport == "ordered":
             self.transport = OrderedTransport(self.rank, n_s, n_m, self.device, Pairs(self.orders, self.pair_groups),
-                                              self.comm_device, poll=self.job.backend == "nccl", inline=inline)
+                                              self.comm_device, poll=self.job.wiring.backend == "nccl", inline=inline)
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
         self.compute.start_iteration(it // 2 if self.job.ab_strict else it)
@@ -451,7 +361,7 @@ class Rank:
         self._it = it
         self._agree_s, self._agree_rounds, self._agree_tasks = 0.0, 0, 0
         self._deferred: int | None = None       # after a disagreement: the change count of this rank's pick
-        self._poll_s = 1e-4 if self.job.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
+        self._poll_s = 1e-4 if self.job.wiring.backend == "nccl" else 0.05   # NCCL rounds are polled, gloo's notify
         dist.barrier()
         begin, cpu = time.perf_counter(), time.process_time()
         pending, done = list(self.ranked if self.dispatch == "ready_first" else self.row), set()
@@ -512,34 +422,53 @@ def report_failure(control: Control, rank: int, e: BaseException) -> None:
                  peer=isinstance(e, ConnectionError))
 
 
-def rank_main(rank: int, job: RankJob, control: Control) -> None:
-    """Process entry point (torch.multiprocessing.spawn passes the rank first)."""
+def join(rank: int, job: RankJob) -> None:
+    """A rank process's set-up: the allocator, its threads, its core, its GPU and the process
+    group (unless torchrun's entry joined it already)."""
     keep_heap()
-    torch.set_num_threads(job.threads)
-    if job.cpus:
-        os.sched_setaffinity(0, {job.cpus[rank]})
+    torch.set_num_threads(job.compute.threads)
+    if job.compute.cpus:
+        os.sched_setaffinity(0, {job.compute.cpus[rank]})
+    if job.wiring.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    if not dist.is_initialized():
+        dist.init_process_group(job.wiring.backend, init_method=job.wiring.init_method, rank=rank,
+                                world_size=job.wiring.world)
+
+
+def run_iterations(rank: int, job: RankJob, control: Control) -> None:
+    """The runtime's own program: `job.iterations` iterations of the table (SGD after each at
+    `job.lr`), then this rank's losses, gradients, events and weights into rank<R>.pt."""
+    join(rank, job)
+    worker = Rank(job, rank, control)
+    losses, grads, shards = [], {}, {}
+    for it in range(job.iterations):
+        worker.iteration(it)
+        losses.append(dict(worker.compute.losses))
+        if it == job.iterations - 1 and worker.blocks is None:
+            grads = worker.compute.named_grads()
+        elif it == job.iterations - 1:
+            shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.seed,
+                                 lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
+        if worker.opt is not None:
+            worker.opt.step()
+    stash = getattr(worker.compute, "weights", None)
+    torch.save({"losses": losses, "grads": grads, "grad_shards": shards, "events": worker.events,
+                "weights": stash.state() if stash is not None else {}},
+               os.path.join(job.result_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    control.finished(rank)
+
+
+# what a rank process runs: program(rank, payload, control), e.g. `run_iterations` or a training loop
+RankProgram = Callable[[int, Any, Control], None]
+
+
+def rank_main(rank: int, payload: Any, control: Control, program: RankProgram = run_iterations) -> None:
+    """Process entry point (the launcher passes the rank first): `program`, every failure
+    reported to the launcher, then the process exits."""
     try:
-        if job.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-        dist.init_process_group(job.backend, init_method=job.init_method, rank=rank, world_size=job.world)
-        worker = Rank(job, rank, control)
-        losses, grads, shards = [], {}, {}
-        for it in range(job.iterations):
-            worker.iteration(it)
-            losses.append(dict(worker.compute.losses))
-            if it == job.iterations - 1 and worker.blocks is None:
-                grads = worker.compute.named_grads()
-            elif it == job.iterations - 1:
-                shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.seed,
-                                     lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
-            if worker.opt is not None:
-                worker.opt.step()
-        stash = getattr(worker.compute, "weights", None)
-        torch.save({"losses": losses, "grads": grads, "grad_shards": shards, "events": worker.events,
-                    "weights": stash.state() if stash is not None else {}},
-                   os.path.join(job.result_dir, f"rank{rank}.pt"))
-        dist.barrier()
-        control.finished(rank)
+        program(rank, payload, control)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
         report_failure(control, rank, e)
         os._exit(1)

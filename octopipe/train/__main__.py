@@ -25,7 +25,8 @@ from octopipe.io import CONF_DIR, write_json, write_text
 from octopipe.runtime.control import TorchrunControl
 from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.plan_io import plan_to_doc
-from octopipe.train.loop import follow, gather, train_rank
+from octopipe.runtime.launch import resolve
+from octopipe.train.loop import TrainRankJob, follow, gather, train_rank
 from octopipe.train.setup import setup, start_step, train_job, fingerprints
 from octopipe.train.summary import figures, loss_csv, loss_png
 
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
             flush=True) if (r["step"] - start) % every == 0 else None, stop))
         if rank == 0:
             log.start()
-        train_rank(rank, train_job(cfg, s, str(ranks), start, "env://"), TorchrunControl())
+        job, spec = train_job(cfg, s, start, "env://")
+        train_rank(rank, TrainRankJob(resolve(job, str(ranks)), spec), TorchrunControl())
         stop.set()
         if rank == 0:
             log.join()

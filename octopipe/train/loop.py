@@ -9,35 +9,32 @@ progress bar. Checkpoints every `checkpoint_every` steps (and at the end) throug
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from octopipe.config.runtime import RuntimeConfig
-from octopipe.errors import ScheduleError
-from octopipe.plan import Plan
-from octopipe.runtime.launch import check_job, free_port, run_ranks
-from octopipe.runtime.transport import choose_transport
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import launch
+from octopipe.runtime.rank_job import RankJob
 from octopipe.runtime.stage import StageModule, as_blocks
-from octopipe.runtime.worker import Rank, RankJob, keep_heap, report_failure
+from octopipe.runtime.worker import Rank, join
 from octopipe.train import checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
 from octopipe.train.stream import AdamWUpdate, Stream, step_losses
 
 
 @dataclass(frozen=True)
-class TrainRankJob:
-    """What every training rank runs: the runtime's `rank` payload (blocks, partition, table,
-    batches, precision) for steps `start .. steps-1` with `optim`, checkpointing into
-    `checkpoint_dir` every `checkpoint_every` steps (0: never) with `meta` (fingerprints)."""
+class TrainSpec:
+    """The training a launch runs beside its runtime `Job`: steps `start .. steps-1` with
+    `optim`, checkpointing into `checkpoint_dir` every `checkpoint_every` steps (0: never) with
+    `meta` (fingerprints) and the plan's JSON."""
 
-    rank: RankJob
     optim: OptimSettings
     steps: int
     start: int = 0
@@ -47,6 +44,14 @@ class TrainRankJob:
     meta: dict = field(default_factory=dict)
     plan_json: str = ""
     stream: Stream | None = None     # asynchronous (schedule=pipedream*): the one stream it trains
+
+
+@dataclass(frozen=True)
+class TrainRankJob:
+    """What every training rank runs: the runtime's resolved `rank` job and the `train` spec."""
+
+    rank: RankJob
+    train: TrainSpec
 
 
 def _stage_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
@@ -76,16 +81,16 @@ def _record(out: Path, rec: dict) -> None:
 
 
 def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
-    """One stream of job.stream: AdamW per backward (or window) through the stash, no flush;
+    """One stream of job.train.stream: AdamW per backward (or window) through the stash, no flush;
     the rank holding the last stage logs each step once its last micro-batch is through."""
-    st, compute = job.stream, worker.compute
-    opt = StageOptimizers(compute.copies, job.optim)
-    if job.resume:
-        _restore(worker, opt, job.resume)
+    st, compute = job.train.stream, worker.compute
+    opt = StageOptimizers(compute.copies, job.train.optim)
+    if job.train.resume:
+        _restore(worker, opt, job.train.resume)
         for (_, s), mod in compute.copies.items():
             compute.weights.bind(s, mod)
     m, last = st.microbatches, st.stages - 1
-    tokens = m * job.rank.batches.batch(0, 0)["ids"].numel()
+    tokens = m * job.rank.compute.data.batch(0, 0)["ids"].numel()
     clock = [time.perf_counter()]
 
     def on_update(stage: int, u: int, norm: float) -> None:
@@ -96,7 +101,7 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         now = time.perf_counter()
         dt, clock[0] = now - clock[0], now
         loss = sum(compute.losses[k] for k in range(done - m, done)) / m
-        _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.optim, step), "grad_norm": norm,
+        _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step), "grad_norm": norm,
                       "step_s": dt, "tokens_per_s": tokens / dt})
     compute.weights.update = AdamWUpdate(opt, st, on_update)
     worker.events = []
@@ -106,9 +111,9 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         mb[k] = v
     dist.all_reduce(mb)
     saved = ""
-    if job.checkpoint_every:
-        saved = str(checkpoint.save(job.checkpoint_dir, job.steps, _stage_tensors(worker, opt), job.meta,
-                                    {"plan.json": job.plan_json} if job.plan_json else None))
+    if job.train.checkpoint_every:
+        saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt), job.train.meta,
+                                    {"plan.json": job.train.plan_json} if job.train.plan_json else None))
     losses = {k: float(v) for k, v in enumerate(mb.tolist())}
     params = {n: p.detach().cpu().clone() for c, mod in sorted(compute.copies.items())
               for n, p in mod.named_parameters()}
@@ -117,15 +122,15 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
 
 
 def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
-    if job.stream is not None:
+    if job.train.stream is not None:
         return _train_async(rank, job, worker, out)
-    opt = StageOptimizers(worker.compute.copies, job.optim, distributed=True)
-    if job.resume:
-        _restore(worker, opt, job.resume)
+    opt = StageOptimizers(worker.compute.copies, job.train.optim, distributed=True)
+    if job.train.resume:
+        _restore(worker, opt, job.train.resume)
     table = worker.table
-    tokens = table.n_microbatches * job.rank.batches.batch(job.start, 0)["ids"].numel()
+    tokens = table.n_microbatches * job.rank.compute.data.batch(job.train.start, 0)["ids"].numel()
     losses, saved = [], ""
-    for step in range(job.start, job.steps):
+    for step in range(job.train.start, job.train.steps):
         t0 = time.perf_counter()
         worker.events = []
         worker.iteration(step)
@@ -133,13 +138,13 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         norm = opt.step(step)
         dt = time.perf_counter() - t0
         losses.append(loss)
-        last = step + 1 == job.steps
-        if job.checkpoint_every and ((step + 1) % job.checkpoint_every == 0 or last):
-            saved = str(checkpoint.save(job.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.meta,
-                                          {"plan.json": job.plan_json} if job.plan_json else None))
+        last = step + 1 == job.train.steps
+        if job.train.checkpoint_every and ((step + 1) % job.train.checkpoint_every == 0 or last):
+            saved = str(checkpoint.save(job.train.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.train.meta,
+                                          {"plan.json": job.train.plan_json} if job.train.plan_json else None))
         if rank == 0:
             with open(out / "progress.jsonl", "a") as f:
-                f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.optim, step),
+                f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step),
                                     "grad_norm": norm, "step_s": dt, "tokens_per_s": tokens / dt}) + "\n")
     params = {n: p.detach().cpu().clone() for c, mod in sorted(worker.compute.copies.items())
               if c[0] == 0 for n, p in mod.named_parameters()}
@@ -149,31 +154,13 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
 def train_rank(rank: int, job: TrainRankJob, control) -> None:
     """One training rank from process start to its rank<R>.pt (the process group is joined
     here unless torchrun's entry joined it already)."""
-    rj = job.rank
-    keep_heap()
-    torch.set_num_threads(rj.threads)
-    if rj.cpus:
-        os.sched_setaffinity(0, {rj.cpus[rank]})
-    if rj.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-    if not dist.is_initialized():
-        dist.init_process_group(rj.backend, init_method=rj.init_method, rank=rank, world_size=rj.world)
-    worker = Rank(rj, rank, control)
-    out = Path(rj.result_dir)
+    join(rank, job.rank)
+    worker = Rank(job.rank, rank, control)
+    out = Path(job.rank.result_dir)
     doc = _train(rank, job, worker, out)
     torch.save(doc, out / f"rank{rank}.pt")
     dist.barrier()
     control.finished(rank)
-
-
-def train_rank_main(rank: int, job: TrainRankJob, control) -> None:
-    """Process entry of one locally launched training rank (the launcher passes the rank first)."""
-    try:
-        train_rank(rank, job, control)
-    except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
-        report_failure(control, rank, e)
-        os._exit(1)
-    os._exit(0)
 
 
 @dataclass
@@ -216,23 +203,24 @@ def gather(out: Path, world: int) -> TrainRun:
                     docs[0].get("microbatch_losses", {}))
 
 
-def launch_training(job: TrainRankJob, timeout_s: float, stall_s: float,
+def launch_training(job: Job, spec: TrainSpec, result_dir: str,
                     on_step: Callable[[dict], None] | None = None) -> TrainRun:
-    """Run `job` on one local process per rank (`job.rank.result_dir` must exist); `on_step`
-    sees each step's record as rank 0 writes it."""
-    out = Path(job.rank.result_dir)
+    """Train `spec` on `job` through the runtime's one route (`launch`: the same checks and
+    process loop as `mode=execute`), one local process per rank writing into `result_dir`
+    (which must exist); `on_step` sees each step's record as rank 0 writes it."""
+    out = Path(result_dir)
     stop = threading.Event()
     follower = threading.Thread(target=follow, args=(out / "progress.jsonl", on_step, stop), daemon=True) \
         if on_step else None
     if follower:
         follower.start()
     try:
-        run_ranks(train_rank_main, job, job.rank.table, timeout_s, stall_s)
+        table = launch(job, result_dir, train_rank, partial(TrainRankJob, train=spec))
     finally:
         stop.set()
         if follower:
             follower.join()
-    return gather(out, job.rank.world)
+    return gather(out, table.n_devices * job.config.tp)
 
 
 def reference_train(blocks, batches, n_microbatches: int, optim: OptimSettings, steps: int,
@@ -255,19 +243,3 @@ def reference_train(blocks, batches, n_microbatches: int, optim: OptimSettings, 
         opt.step(step)
     params = {k: p.detach().clone() for k, p in full.named_parameters()}
     return TrainRun(losses, params, "", [])
-
-
-def rank_payload(blocks, plan: Plan, config: RuntimeConfig, result_dir: str, batches,
-                 seed: int = 0, autocast: str = "", init_method: str = "") -> RankJob:
-    """The runtime's payload of a training launch: `plan` run on `blocks` (a block list or a
-    ModelSpec) with `batches`, seeded weights, `config`'s dispatch, backend and transport."""
-    n = as_blocks(blocks).n_blocks
-    if plan.partition.n_layers != n:
-        raise ScheduleError(f"plan {plan.table.name!r} partitions {plan.partition.n_layers} blocks but the "
-                            f"model has {n}")
-    table = check_job(None, plan.partition.ranges, plan.table)
-    transport, device = choose_transport(config.backend, config.transport, config.device)
-    return RankJob(blocks, plan.partition.ranges, table, table.n_devices,
-                   init_method or f"tcp://127.0.0.1:{free_port()}", config.backend, config.dispatch,
-                   "real", 1, seed, 0.0, result_dir=result_dir, transport=transport, device=device,
-                   batches=batches, autocast=autocast)

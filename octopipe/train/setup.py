@@ -33,7 +33,8 @@ from octopipe.schedule.library import build_schedule
 from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
-from octopipe.train.loop import TrainRankJob, rank_payload
+from octopipe.runtime.job import Job
+from octopipe.train.loop import TrainSpec
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.optim import OptimSettings
 from octopipe.train.stream import StreamBatches, Stream, check_async, rule_of, stream_of
@@ -211,22 +212,27 @@ def streams_before(cfg: Config) -> list[Stream]:
             for a, b in checkpoint.read_meta(cfg.train.resume).get("streams", [])]
 
 
-def train_job(cfg: Config, s: Setup, result_dir: str, start: int = 0, init_method: str = "") -> TrainRankJob:
-    """What every rank runs for `s` (rank files into `result_dir`)."""
+def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "") -> tuple[Job, TrainSpec]:
+    """The runtime job that trains `s` (the same `Job` as mode=execute's: real compute on the
+    blocks, the training's dispatch and time limit) and the training it runs."""
     t = cfg.train
-    runtime = replace(cfg.runtime, dispatch=t.dispatch)
-    meta, stream = fingerprints(s, cfg.seed), None
+    if cfg.runtime.tp != 1:
+        raise ConfigError(f"runtime.tp={cfg.runtime.tp}: mode=train runs pipeline ranks only; use "
+                          "runtime.tp=1")
+    runtime = replace(cfg.runtime, dispatch=t.dispatch, compute="real", lr=0.0, warmup=0, iterations=1,
+                      timeout_s=t.timeout_s)
+    meta, stream, weights, batches = fingerprints(s, cfg.seed), None, None, s.batches
     plan = s.plan
     if rule_of(cfg) is not None:
         stream = stream_of(cfg, start)
         sched = stream.schedule()
         plan = Plan(s.plan.partition, sched.table.compact(), s.plan.model, s.plan.cluster, s.plan.meta)
         meta["streams"] = [[x.start, x.steps] for x in (*streams_before(cfg), stream)]
-    rank = rank_payload(s.blocks, plan, runtime, result_dir, s.batches, cfg.seed,
-                        "bfloat16" if t.precision == "bf16" else "", init_method)
-    if stream is not None:
-        rank = replace(rank, weights=WeightStash(sched, s.optim.lr),
-                       batches=StreamBatches(s.batches, stream.microbatches, start))
-    return TrainRankJob(rank, s.optim, t.steps, start, t.resume, t.checkpoint_every,
-                        t.checkpoint_dir or "runs/checkpoints", meta,
-                        json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
+        weights = WeightStash(sched, s.optim.lr)
+        batches = StreamBatches(s.batches, stream.microbatches, start)
+    job = Job(plan, s.blocks, runtime, cfg.seed, weights=weights, data=batches,
+              autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method)
+    spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every,
+                     t.checkpoint_dir or "runs/checkpoints", meta,
+                     json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
+    return job, spec

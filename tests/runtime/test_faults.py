@@ -8,7 +8,7 @@ import pytest
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
-from octopipe.runtime.worker import Fault
+from octopipe.runtime.job import Fault
 from octopipe.schedule.table import ScheduleTable
 from tests.runtime import tiny
 

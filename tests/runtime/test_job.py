@@ -17,11 +17,13 @@ from tests.runtime import tiny
 
 def test_rank_job_resolves_links_and_counts_warmup_and_measured_iterations():
     table = build_schedule("1f1b", 2, 2)
-    job = Job(Plan(uniform_partition(6, 2), table), tiny.dense(2), RuntimeConfig(iterations=3, warmup=2), seed=7)
+    job = Job(Plan(uniform_partition(6, 2), table), tiny.dense(2), RuntimeConfig(iterations=3, warmup=2), seed=7,
+              init_method="tcp://127.0.0.1:1")
     assert job.total_iterations == 5 and list(job.measured) == [2, 3, 4]
-    rank = rank_job(job, table, "tcp://127.0.0.1:1", "/tmp")
-    assert (rank.transport, rank.device, rank.iterations, rank.seed) == ("tagged", "cpu", 5, 7)
-    assert rank.model is job.model and rank.cpus == () and rank.durations == {}
+    rank = rank_job(job, table, "/tmp")
+    assert (rank.wiring.transport, rank.wiring.device, rank.iterations, rank.seed) == ("tagged", "cpu", 5, 7)
+    assert rank.wiring.init_method == "tcp://127.0.0.1:1" and rank.wiring.world == 2
+    assert rank.model is job.model and rank.compute.cpus == () and rank.compute.durations == {}
 
 
 def test_emulation_scales_the_mean_stage_forward_and_the_largest_message():
@@ -33,8 +35,8 @@ def test_emulation_scales_the_mean_stage_forward_and_the_largest_message():
     assert emu.durations[0] == pytest.approx((0.01, 0.015, 0.005))
     assert emu.message_elems == {0: 256, 1: 256}
     assert np.allclose(emu.costs.f, 0.005)
-    rank = rank_job(job, table, "tcp://127.0.0.1:1", "/tmp")
-    assert rank.model is None and rank.durations == emu.durations
+    rank = rank_job(job, table, "/tmp")
+    assert rank.model is None and rank.compute.durations == emu.durations
 
 
 def test_emulated_compute_without_costs_is_rejected_before_any_process_starts():

@@ -12,7 +12,8 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.train.data import TokenBatches, load_corpus
-from octopipe.train.loop import TrainRankJob, TrainRun, launch_training, rank_payload
+from octopipe.runtime.job import Job
+from octopipe.train.loop import TrainRun, TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -36,7 +37,9 @@ def named_plan(name: str, n_blocks: int, pp: int = 2, m: int = 4) -> Plan:
 
 
 def train(blocks, plan: Plan, data, steps: int = 20, optim: OptimSettings = OPTIM, **job) -> TrainRun:
-    """`steps` steps of `plan` on 2 local ranks (job: TrainRankJob fields, e.g. checkpoints)."""
+    """`steps` steps of `plan` on 2 local ranks (job: TrainSpec fields, e.g. checkpoints, and
+    `autocast`) through the runtime's one route."""
     with tempfile.TemporaryDirectory() as d:
-        rank = rank_payload(blocks, plan, RuntimeConfig(dispatch="strict"), d, data, autocast=job.pop("autocast", ""))
-        return launch_training(TrainRankJob(rank, optim, steps, **job), 240, 120)
+        run_job = Job(plan, blocks, RuntimeConfig(dispatch="strict", timeout_s=240, stall_s=120), data=data,
+                      autocast=job.pop("autocast", ""))
+        return launch_training(run_job, TrainSpec(optim, steps, **job), d)

@@ -20,7 +20,8 @@ from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import SCHEDULE_PRESETS
-from octopipe.train.loop import TrainRankJob, launch_training, rank_payload, reference_train
+from octopipe.runtime.job import Job
+from octopipe.train.loop import TrainSpec, launch_training, reference_train
 from octopipe.train.stream import Stream, StreamBatches, check_async, replay_training
 from tests.reliability.cli import run_in_process
 from tests.train.helpers import OPTIM, ROOT, batches, gpt
@@ -38,9 +39,10 @@ def test_runtime_stream_equals_its_single_process_replay(rule):
     sched = st.schedule()
     part = Partition.uniform(4, 2)
     with tempfile.TemporaryDirectory() as d:
-        rank = rank_payload(blocks, Plan(part, sched.table.compact()), RuntimeConfig(dispatch="strict"), d, data)
-        rank = replace(rank, weights=WeightStash(sched, OPTIM.lr), batches=StreamBatches(data, 4, 0))
-        run = launch_training(TrainRankJob(rank, OPTIM, 4, stream=st), 240, 120)
+        job = Job(Plan(part, sched.table.compact()), blocks, RuntimeConfig(dispatch="strict", timeout_s=240,
+                                                                          stall_s=120),
+                  weights=WeightStash(sched, OPTIM.lr), data=StreamBatches(data, 4, 0))
+        run = launch_training(job, TrainSpec(OPTIM, 4, stream=st), d)
     ref = replay_training(blocks, part.ranges, [st], data, OPTIM)
     assert len(run.losses) == 4 and len(run.records) == 4 and len(run.microbatch_losses) == 16
     assert max(_rel(a, b) for a, b in zip(run.losses, ref.losses)) <= 1e-5

@@ -53,7 +53,7 @@ from octopipe.cost.profiled import profile_blocks
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition
 from octopipe.train.data import TokenBatches, load_corpus
-from octopipe.train.loop import TrainRankJob, launch_training, rank_payload
+from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
 from octopipe.train.setup import EXAMPLE_FACTORY
 from octopipe.train.torch_runtime import train_with_torch
@@ -208,8 +208,8 @@ def compare_at(model: ModelSpec, world: int, m: int, config: RuntimeConfig, roun
 def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: OptimSettings, steps: int,
                    dispatch: str) -> tuple[list[float], float]:
     with tempfile.TemporaryDirectory() as tmp:
-        rank = rank_payload(blocks, plan, RuntimeConfig(dispatch=dispatch), tmp, data)
-        run = launch_training(TrainRankJob(rank, optim, steps), 1800, 300)
+        job = Job(plan, blocks, RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300), data=data)
+        run = launch_training(job, TrainSpec(optim, steps), tmp)
     return run.losses, _median([r["tokens_per_s"] for r in run.records[1:]])
 
 
