@@ -66,164 +66,48 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from octopipe.cluster import Link
-from octopipe.config.cost import AnalyticCost
 from octopipe.config.experiment import RrfpExperiment
-from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
-from octopipe.cost.analytic import analytic_costs
-from octopipe.cost.table import CostTable
-from octopipe.runtime.machine import local_cluster
-from octopipe.model.build import build_model
-from octopipe.model.shard import shard_model
-from octopipe.model.spec import ModelSpec
+from octopipe.experiments.rrfp_report import (
+    findings,
+    fmt,
+    plot,
+    speedup_error,
+    table_md,
+)
+from octopipe.experiments.rrfp_setup import (
+    LINK,
+    SEED,
+    Level,
+    Setup,
+    level_config,
+    levels,
+    policy_config,
+    quick,
+    schedule_of,
+    setup,
+    setup_model,
+    stage_balance,
+    tp_scaled,
+)
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
-from octopipe.plan import Partition, Plan
+from octopipe.modes.result import Result
 from octopipe.progress import track_cases
 from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
-from octopipe.runtime.tensor_parallel import agreement_cost, agreement_cost_s, tp_exactness
-from octopipe.schedule.library import build_schedule
+from octopipe.runtime.tensor_parallel import (
+    agreement_cost,
+    agreement_cost_s,
+    tp_exactness,
+)
+from octopipe.schedule.action import Action, ActionKind
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.durations import Durations, bind
 from octopipe.sim.hints import KIND_CODE, row_need
 from octopipe.sim.simulator import ReadyFirst, Simulator
-from octopipe.tune.sharding import model_sharder
-from octopipe.schedule.action import Action, ActionKind
-
-LINK = Link("loopback", 5e8, 1e-4)
-SEED = 0
-
-
-@dataclass(frozen=True)
-class Level:
-    """One variability point: compute jitter CV, straggler case or not."""
-
-    cv: float
-    straggler: bool
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One workload on one compute mode: model, costs, partition, tables and the base config."""
-
-    workload: str
-    compute: str
-    tp: int
-    model: ModelSpec
-    costs: CostTable
-    plans: dict                     # "1f1b" | "zbh1" -> Plan
-    config: RuntimeConfig
-
-    def job(self, schedule: str, config: RuntimeConfig) -> Job:
-        n = self.plans[schedule].table.n_devices
-        return Job(self.plans[schedule], self.model, config, seed=SEED, costs=self.costs,
-                   cluster=local_cluster(n, LINK))
-
-
-def quick(ex: RrfpExperiment) -> RrfpExperiment:
-    """The small grid of `experiment.quick`."""
-    return replace(ex, jitter_cvs=(0.0, 0.5), real_jitter_cvs=(0.5,), straggler_prob=0.0, hints=("bfw",),
-                   real_hints=("bfw",), tp_jitter_cvs=(0.5,), tp_microbatches=4, tp_emulate_step_s=ex.emulate_step_s,
-                   emulated_ranks=min(ex.emulated_ranks, 4), emulated_microbatches=4, real_microbatches=4,
-                   iterations=1, warmup=0, monte_carlo=3, real_rounds=min(ex.real_rounds, 2))
-
-
-def levels(ex: RrfpExperiment, compute: str = "emulated", tp: int = 1) -> list[Level]:
-    cvs = ex.real_jitter_cvs if compute == "real" else ex.tp_jitter_cvs if tp > 1 else ex.jitter_cvs
-    out = [Level(float(c), False) for c in cvs]
-    if ex.straggler_prob > 0 and compute == "emulated" and tp == 1:
-        out.append(Level(float(ex.straggler_cv), True))
-    return out
-
-
-def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
-    return build_model(preset("model", ex.language if workload == "language" else ex.multimodal))
-
-
-def split_layers(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable], n: int,
-                 share: float) -> ModelSpec:
-    """`model` with its heavy layers cut into pieces (`octopipe.model.shard`: the head by
-    vocabulary, MLPs by FFN width) as the planner's split_layers lever chooses them
-    (`octopipe.tune.sharding`): of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a
-    mean stage, the fewest pieces whose bound is within 1% of the lowest; the bound here is the
-    largest stage of the balanced partition this experiment runs. Both workloads get the same
-    rule: a partition bound by one stage leaves dispatch order little to win."""
-    sharder = model_sharder(model, costs_of)
-    work = layer_work(costs_of(model))
-    scored = []
-    for counts in sharder.options(work, n, share):
-        w = layer_work(sharder.costs_for(counts)) if counts else work
-        scored.append((stage_max(w, n), sum(counts.values()), counts))
-    best = min(b for b, _, _ in scored)
-    _, _, counts = min((x for x in scored if x[0] <= best * 1.01), key=lambda x: x[1])
-    return shard_model(model, counts) if counts else model
-
-
-def layer_work(costs: CostTable) -> np.ndarray:
-    """Each layer's F + I + W seconds (what the partition balances)."""
-    return costs.f[:, 0] + costs.i[:, 0] + costs.w[:, 0]
-
-
-def stage_sums(work: np.ndarray, part: Partition) -> np.ndarray:
-    """Each stage's sum of `work` (per layer) under `part`."""
-    return np.array([work[lo:hi].sum() for lo, hi in part.ranges])
-
-
-def stage_max(work: np.ndarray, n: int) -> float:
-    """The largest stage sum of `work`'s balanced partition on `n` stages."""
-    return float(stage_sums(work, Partition.balanced(work, n)).max())
-
-
-def stage_balance(s: Setup) -> float:
-    """The largest stage's F + I + W over the mean stage's, in `s`'s partition."""
-    st = stage_sums(layer_work(s.costs), s.plans["1f1b"].partition)
-    return float(st.max() / st.mean())
-
-
-def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup:
-    """Model, analytic costs, a partition balanced on them and the 1F1B / ZB-H1 plans (with
-    `tp` TP ranks per pipeline rank: emulated_ranks / tp pipeline ranks, costed at cost.tp = tp:
-    work divided by tp, TP collectives timed on the loopback link and added to F and I)."""
-    whole = setup_model(ex, workload)
-    n = ex.emulated_ranks // tp if compute == "emulated" else ex.real_ranks
-    m = ex.emulated_microbatches if compute == "emulated" else ex.real_microbatches
-    cost = AnalyticCost(tp=tp)
-
-    def costs_of(m: ModelSpec) -> CostTable:
-        return analytic_costs(cost, m, local_cluster(n, LINK))
-    model = split_layers(whole, costs_of, n, ex.shard_share)
-    costs = costs_of(model)
-    part = Partition.balanced(layer_work(costs), n)
-    plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}
-    mm = workload == "multimodal"
-    config = RuntimeConfig(
-        compute=compute, iterations=ex.iterations, warmup=ex.warmup, emulate_step_s=ex.emulate_step_s,
-        max_message_bytes=16384, timeout_s=600.0, stall_s=60.0, pin="false", calibrate=False,
-        grad_check=False, max_inflight=ex.max_inflight,
-        seq_len_cv=ex.multimodal_seq_len_cv if mm else ex.language_seq_len_cv,
-        images_max=ex.multimodal_images_max if mm else 0, tp=tp)
-    return Setup(workload, compute, tp, model, costs, plans, config)
-
-
-def level_config(base: RuntimeConfig, ex: RrfpExperiment, level: Level) -> RuntimeConfig:
-    return replace(base, jitter_cv=level.cv, straggler_prob=ex.straggler_prob if level.straggler else 0.0,
-                   straggler_factor=ex.straggler_factor)
-
-
-def policy_config(config: RuntimeConfig, hint: str | None) -> RuntimeConfig:
-    """Strict (hint None, no cap) or ready-first under `hint`."""
-    if hint is None:
-        return replace(config, dispatch="strict", max_inflight=None)
-    return replace(config, dispatch="ready_first", hint=hint)
-
-
-def schedule_of(hint: str | None) -> str:
-    return "zbh1" if hint == "bfw" else "1f1b"
 
 
 def measured_stage_times(res: ExecutionResult, measured: range) -> dict[tuple[int, int], float]:
@@ -308,16 +192,6 @@ def ratio_stats(x: list[float]) -> tuple[float, float]:
     return float(np.mean(x)), float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
 
 
-def tp_scaled(s: Setup, ex: RrfpExperiment) -> Setup:
-    """An emulated TP setup at its own step and micro-batches (`experiment.tp_emulate_step_s`,
-    `tp_microbatches`; same partition): an agreement round among 8 processes on a few CPU cores
-    is a large share of a short task, where RRFP's GPUs spend well under 1% of one; the longer
-    step keeps it a few percent (figures in runtime/README.md). Others unchanged."""
-    if s.tp <= 1 or s.compute != "emulated":
-        return s
-    n, part = s.plans["1f1b"].table.n_devices, s.plans["1f1b"].partition
-    plans = {sch: Plan(part, build_schedule(sch, n, ex.tp_microbatches), model=s.model.name) for sch in s.plans}
-    return replace(s, plans=plans, config=replace(s.config, emulate_step_s=ex.tp_emulate_step_s))
 
 
 def launch_order(keys: tuple, r: int) -> tuple:
@@ -487,182 +361,16 @@ def run_setup(s: Setup, ex: RrfpExperiment) -> tuple[list[dict], list[float], li
     return points, dispatch_us, agree_us
 
 
-def fmt(x: float | None, spec: str) -> str:
-    """`x` formatted, or "n/a" when the run did not measure it."""
-    return "n/a" if x is None else format(x, spec)
 
 
-def speedup_error(p: dict) -> float:
-    return abs(p["measured_speedup"] - p["simulated_speedup"]) / p["simulated_speedup"]
 
 
-def findings(points: list[dict]) -> list[str]:
-    """The paper's pattern, point by point: what holds and what does not."""
-    out = []
-    for compute in sorted({p["compute"] for p in points}):
-        sel = [p for p in points if p["compute"] == compute and p["tp"] == 1]
-        best: dict[tuple, dict] = {}
-        for p in sel:
-            key = (p["workload"], p["jitter_cv"], p["straggler"])
-            if key not in best or p["measured_speedup"] > best[key]["measured_speedup"]:
-                best[key] = p
-        loses = [p for p in best.values() if p["measured_speedup"] + p["measured_spread"] < 1.0]
-        out.append(f"- {compute}: ready-first (best hint) >= strict within the measured spread at "
-                   f"{len(best) - len(loses)}/{len(best)} points"
-                   + (": loses at " + ", ".join(f"{p['workload']} CV {p['jitter_cv']}" for p in loses)
-                      if loses else ""))
-        for w in sorted({p["workload"] for p in sel}):
-            curve = sorted((k[1], v["measured_speedup"], v["simulated_mc_speedup"]) for k, v in best.items()
-                           if k[0] == w and not k[2])
-            grows = all(b[1] >= a[1] - 0.02 for a, b in zip(curve, curve[1:]) if a[0] >= 0.3)
-            out.append(f"  - {w}: best speedup by CV (measured / simulated MC): "
-                       + ", ".join(f"{c:g}: {m:.2f} / {s:.2f}" for c, m, s in curve)
-                       + ("; grows with CV from 0.3" if grows else "; does not grow with CV from 0.3"))
-        hi = {w: np.mean([v["measured_speedup"] for k, v in best.items() if k[0] == w and k[1] >= 0.3 and not k[2]])
-              for w in sorted({p["workload"] for p in sel})}
-        if {"language", "multimodal"} <= set(hi):
-            verdict = "exceeds" if hi["multimodal"] > hi["language"] else "does not exceed"
-            out.append(f"  - the multimodal gain at CV >= 0.3 ({hi['multimodal']:.2f}) {verdict} the "
-                       f"language gain ({hi['language']:.2f})")
-        mm = [v for k, v in best.items() if k[0] == "multimodal" and k[1] >= 0.3 and not k[2]
-              and "simulated_mc_no_data_speedup" in v]
-        lang = [v["simulated_mc_speedup"] for k, v in best.items() if k[0] == "language" and k[1] >= 0.3 and not k[2]]
-        if mm and lang:
-            with_data = float(np.mean([v["simulated_mc_speedup"] for v in mm]))
-            no_data = float(np.mean([v["simulated_mc_no_data_speedup"] for v in mm]))
-            lang_mc = float(np.mean(lang))
-            out.append(f"  - simulated, best hint, CV >= 0.3: multimodal {with_data:.2f} against language {lang_mc:.2f}; "
-                       f"without its data variability (images per sample, text lengths) the multimodal pipeline gains "
-                       f"{no_data:.2f}, {'more' if no_data > lang_mc else 'less'} than the language one under the same "
-                       f"per-action jitter, so its data adds {with_data - no_data:+.2f}")
-        balance = {p["workload"]: p["stage_balance"] for p in sel if "stage_balance" in p}
-        if balance:
-            out.append("  - stage balance (largest / mean stage F+I+W, heavy layers cut by the planner's split_layers "
-                       "rule on both workloads): " + ", ".join(f"{w} {b:.2f}" for w, b in sorted(balance.items())))
-        hi_sim = [p["simulated_mc_speedup"] for p in sel if p["workload"] == "multimodal" and p["jitter_cv"] >= 0.3]
-        if hi_sim:
-            out.append(f"  - multimodal, CV >= 0.3: best simulated speedup {max(hi_sim):.2f} "
-                       f"({'meets' if max(hi_sim) >= 1.3 else 'misses'} the 1.3x target)")
-        capped = [p["simulated_capped_speedup"] for p in sel if p["hint"] != "bfw"]
-        if capped:
-            out.append(f"  - capped at each rank's own row need (the schedule's memory), table/bf ready-first "
-                       f"over 1F1B simulates {min(capped):.2f}-{max(capped):.2f}x; uncapped it holds up to "
-                       f"{max(p['memory_ratio'] for p in sel):.1f}x strict's peak activations")
-        pairs = [(p, q) for p in sel for q in sel if p["hint"] == "bfw" and q["hint"] == "bf"
-                 and (p["workload"], p["jitter_cv"], p["straggler"]) == (q["workload"], q["jitter_cv"], q["straggler"])]
-        if pairs:
-            ge = sum(p["measured_speedup"] >= q["measured_speedup"] - p["measured_spread"] for p, q in pairs)
-            out.append(f"  - bfw >= bf (within spread) at {ge}/{len(pairs)} points")
-    out += real_findings([p for p in points if p["compute"] == "real"])
-    tp = [p for p in points if p["tp"] > 1]
-    if tp:
-        out.append("- tp = " + str(tp[0]["tp"]) + " (RRFP's rule in the runtime and the simulator: strict agrees on "
-                   "nothing, ready-first before each task with TP collectives; the simulator charges each such task "
-                   "the agreement time per agreed task of a separate calibration run): "
-                   + ", ".join(f"{p['workload']} {p['compute']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} "
-                               f"measured / {p['simulated_speedup']:.2f} simulated ({fmt(p['rounds_per_task'], '.2f')} "
-                               f"rounds per task, {1e3 * p['ready_first_agreement_s']:.2f} ms per agreed task)" for p in tp))
-        near = sum(speedup_error(p) <= 0.1 for p in tp)
-        out.append(f"  - measured within 10% of simulated at {near}/{len(tp)} tp points (largest error "
-                   f"{max(map(speedup_error, tp)):.3f}); calibrated {1e3 * float(np.mean([p['agreement_s'] for p in tp])):.2f} "
-                   f"ms per agreed task, measured in the predicted runs "
-                   f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in tp])):.2f} ms")
-        emu = [p for p in tp if p["compute"] == "emulated" and p.get("emulate_step_s")]
-        if emu:
-            step = emu[0]["emulate_step_s"]
-            share = float(np.mean([p["ready_first_agreement_s"] for p in emu])) / step
-            out.append(f"  - emulated tp points: mean stage F {1e3 * step:g} ms (`tp_emulate_step_s`), "
-                       f"{emu[0]['microbatches']} micro-batches; agreement per agreed task = {100 * share:.1f}% "
-                       f"of it (RRFP's GPUs: well under 1%)")
-        real = [p for p in tp if p["compute"] == "real"]
-        if real:
-            out.append(f"  - real tp points ({real[0]['ranks']} x tp {real[0]['tp']} = {real[0]['ranks'] * real[0]['tp']} "
-                       f"processes with real compute on this machine's cores): agreement per agreed task "
-                       f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in real])):.2f} ms against tasks of "
-                       f"about 10 ms, and the ranks share the cores, so an iteration follows the CPU time of all ranks "
-                       f"(ready-first's split backward and rounds add to it), not the schedule's critical path the "
-                       f"simulator times")
-    return out
 
 
-def real_findings(real: list[dict]) -> list[str]:
-    """The real-compute points, tp = 1 and tp > 1 together: medians over alternating launches,
-    where the best hint loses beyond the spread, beside the simulation and the CPU each run took."""
-    if not real:
-        return []
-    best: dict[tuple, dict] = {}
-    for p in real:
-        key = (p["workload"], p["tp"], p["jitter_cv"])
-        if key not in best or p["measured_speedup"] > best[key]["measured_speedup"]:
-            best[key] = p
-    loses = [p for p in best.values() if p["measured_speedup"] + p["measured_spread"] < 1.0]
-    how = "; ".join(sorted({f"{p['hint']}: {p.get('measured_by', 'alternating launches')}, spread over "
-                            f"{p['measured_spread_of']}" for p in real}))
-    out = [f"- real compute, every tp, {real[0]['rounds']} rounds ({how}): ready-first (best hint) >= strict within "
-           f"the spread at "
-           f"{len(best) - len(loses)}/{len(best)} points"
-           + (": loses at " + ", ".join(f"{p['workload']} tp {p['tp']} CV {p['jitter_cv']:g} ({p['hint']} "
-                                        f"{p['measured_speedup']:.2f} +- {p['measured_spread']:.2f}, simulated "
-                                        f"{p['simulated_speedup']:.2f})" for p in loses) if loses else "")]
-    sim_lt = sum(p["simulated_speedup"] < 1.0 for p in best.values())
-    out.append(f"  - the simulator, on stage times from strict calibration launches (and at tp > 1 the calibrated "
-               f"agreement), predicts the best hint below strict at {sim_lt}/{len(best)} of these points")
-    follows = [p["measured_speedup"] * p["measured_cpu_ratio"] for p in real if "measured_cpu_ratio" in p]
-    if len(follows) > 1:
-        q1, q3 = np.percentile(follows, [25, 75])
-        out.append(f"  - measured speedup x ready-first's CPU per rank-iteration over strict's: median "
-                   f"{np.median(follows):.2f} (interquartile {q1:.2f}-{q3:.2f}) over {len(follows)} points; near 1, "
-                   f"the wall speedup is strict's CPU over ready-first's")
-    for hint in sorted({p["hint"] for p in real}):
-        by = {w: [p["measured_cpu_ratio"] for p in real if (p["hint"], p["workload"]) == (hint, w)]
-              for w in sorted({p["workload"] for p in real})}
-        out.append(f"  - {hint}: ready-first's CPU per rank-iteration over strict's (median over rounds) "
-                   + ", ".join(f"{w} {min(r):.2f}-{max(r):.2f}x" for w, r in by.items() if r)
-                   + "; on these shared cores (other processes, and 4 ranks on 2 cores at tp = 2) CPU becomes "
-                     "wall time, which the simulator (one device per rank, busy only while a task runs) does not see")
-    return out
 
 
-def table_md(points: list[dict]) -> str:
-    rows = ["| workload | compute | CV | straggler | hint | measured | spread | simulated (same draws) | "
-            "simulated MC (spread) | simulated, capped at row need | peak memory vs strict |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in points:
-        rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} x tp {p['tp']}"
-                    f"{', %d rounds' % p['rounds'] if p.get('rounds', 1) > 1 else ''}) | {p['jitter_cv']:g} | "
-                    f"{'yes' if p['straggler'] else 'no'} | {p['hint']} | {p['measured_speedup']:.3f} | "
-                    f"{p['measured_spread']:.3f} | {p['simulated_speedup']:.3f} | "
-                    f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) | "
-                    f"{p['simulated_capped_speedup']:.3f} | {p['memory_ratio']:.2f}x |")
-    return "\n".join(rows)
 
 
-def plot(points: list[dict]) -> Artifact:
-    """Speedup against CV: one panel per (workload, compute), measured solid, simulated dashed."""
-    def write(path) -> None:
-        import matplotlib  # heavy: only for the figure
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # heavy: only for the figure
-        panels = sorted({(p["workload"], p["compute"], p["tp"]) for p in points})
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-        for ax, (w, c, tp) in zip(axes[0], panels):
-            for k, hint in enumerate(sorted({p["hint"] for p in points})):
-                sel = sorted((p for p in points if (p["workload"], p["compute"], p["tp"], p["hint"]) == (w, c, tp, hint)
-                              and not p["straggler"]), key=lambda p: p["jitter_cv"])
-                x = [p["jitter_cv"] for p in sel]
-                ax.errorbar(x, [p["measured_speedup"] for p in sel], [p["measured_spread"] for p in sel],
-                            color=f"C{k}", marker="o", capsize=2, label=f"{hint} measured")
-                ax.plot(x, [p["simulated_mc_speedup"] for p in sel], color=f"C{k}", ls="--",
-                        label=f"{hint} simulated")
-            ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set_title(f"{w}, {c}" + (f", tp={tp}" if tp > 1 else ""))
-            ax.set_xlabel("compute jitter CV")
-            ax.set_ylabel("speedup over strict 1F1B")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-    return Artifact("speedup_vs_cv.png", write)
 
 
 def run(inputs: Inputs) -> Result:
