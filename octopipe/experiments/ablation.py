@@ -27,7 +27,8 @@ from octopipe.config.cost import AnalyticCost
 from octopipe.config.experiment import AblationExperiment
 from octopipe.config.presets import preset
 from octopipe.config.tuner import LEVERS, TunerConfig
-from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
+from octopipe.cost.from_file import ProfileOptions, profile_cost_table
+from octopipe.cost.profile_format import load_preset
 from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError

@@ -34,8 +34,8 @@ from octopipe.config.cost import FileCost
 from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAuthorsExperiment
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
-from octopipe.cost.from_file import (DEFAULT_LABEL_KINDS, ProfileOptions, describe, label_parts,
-                                     load_preset, profile_cost_table, type_means)
+from octopipe.cost.from_file import ProfileOptions, describe, label_parts, profile_cost_table, type_means
+from octopipe.cost.profile_format import DEFAULT_LABEL_KINDS, load_preset
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError

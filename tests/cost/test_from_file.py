@@ -8,11 +8,8 @@ import pytest
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.config.cost import FileCost
-from octopipe.cost.from_file import (Profile, ProfileOptions, load_cost_file, load_preset,
-                                     model_for_file_cost, model_from_profile, parse_csv,
-                                     parse_json, profile_cost_table, profile_presets,
-                                     profile_times, read_profile, type_average, type_means,
-                                     write_profile)
+from octopipe.cost.from_file import ProfileOptions, load_cost_file, model_for_file_cost, model_from_profile, profile_cost_table, profile_times, type_average, type_means
+from octopipe.cost.profile_format import Profile, load_preset, parse_csv, parse_json, profile_presets, read_profile, write_profile
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind
 

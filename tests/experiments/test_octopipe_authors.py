@@ -13,7 +13,8 @@ from rich.console import Console
 
 from octopipe.config.convert import convert
 from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAuthorsExperiment
-from octopipe.cost.from_file import ProfileOptions, load_preset, profile_cost_table
+from octopipe.cost.from_file import ProfileOptions, profile_cost_table
+from octopipe.cost.profile_format import load_preset
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
