@@ -197,20 +197,23 @@ def build_placement_model(prob: pulp.LpProblem, inst: PartitionInstance,
     else:
         free = [False] * D
     dev_groups, node_groups = interchangeable(inst, device_keys(inst, k, free))
-    for g in dev_groups:
-        for d1, d2 in zip(g, g[1:]):
-            for j in range(L):
-                prob += y[j, d2] <= pulp.lpSum(y[i, d1] for i in range(j)), f"order_{d2}_{j}"
-    for g in node_groups:
-        for n1, n2 in zip(g, g[1:]):
-            for j in range(L):
-                prob += ny(j, n2) <= pulp.lpSum(ny(i, n1) for i in range(j)), f"order_node_{n2}_{j}"
+    _first_occurrence(prob, L, dev_groups, lambda j, d: y[j, d], "order")
+    _first_occurrence(prob, L, node_groups, ny, "order_node")
 
     def solution() -> tuple[Partition, tuple[int, ...]]:
         dev = [int(np.argmax([y[j, d].value() or 0.0 for d in range(D)])) for j in range(L)]
         return cut_runs(dev, k, D)
 
     return PlacementModel(load_expr, mem_expr, solution)
+
+
+def _first_occurrence(prob: pulp.LpProblem, n_layers: int, groups, held, name: str) -> None:
+    """Symmetry breaking: within each group of interchangeable devices (or nodes), member g+1
+    may hold layer j only if member g holds an earlier layer; `held(j, d)` is 1 when d holds j."""
+    for g in groups:
+        for d1, d2 in zip(g, g[1:]):
+            for j in range(n_layers):
+                prob += held(j, d2) <= pulp.lpSum(held(i, d1) for i in range(j)), f"{name}_{d2}_{j}"
 
 
 def cut_runs(device_of_layer: Sequence[int], k: int, n_devices: int

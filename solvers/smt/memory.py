@@ -109,6 +109,37 @@ def _ancestors(g: EventGraph) -> list[int]:
     return anc
 
 
+def _memory_events(g, mm, n_devices: int) -> tuple[dict[int, list], list[tuple[int, int]], dict[int, list]]:
+    """Per device, the events that allocate (+bytes) or free (-bytes) memory; the checkpoints
+    (device, event) where a peak can occur; per device, the messages it holds (on, off, bytes)."""
+    per_device: dict[int, list] = {d: [] for d in range(n_devices)}   # (event, amount, coeff)
+    for u, unit in enumerate(g.units):
+        for _, a in unit.cells:
+            if a.kind.is_compute:
+                per_device[unit.device].append((g.start(u), mm.alloc[a]))
+                per_device[unit.device].append((g.passed(u), -mm.free[a]))
+    checkpoints: list[tuple[int, int]] = []                      # (device, event)
+    for u, unit in enumerate(g.units):
+        for _, a in unit.cells:
+            if a.kind is F:
+                checkpoints.append((unit.device, g.start(u)))
+    flows = []                                                    # (device, on, off, bytes)
+    for i, t in enumerate(g.transfers):
+        send_u = g.unit_of[t.send]
+        cons_u = g.unit_of[t.consumer]
+        nb = mm.transfer_bytes[i]
+        flows.append((t.src, g.reach(send_u), g.arrive(i), nb))
+        flows.append((t.dst, g.arrive(i), g.start(cons_u), nb))
+        if nb > 0:
+            checkpoints.append((t.src, g.reach(send_u)))
+            checkpoints.append((t.dst, g.arrive(i)))
+    flows_of: dict[int, list] = {d: [] for d in range(n_devices)}
+    for d, on, off, nb in flows:
+        if nb > 0:
+            flows_of[d].append((on, off, nb))
+    return per_device, checkpoints, flows_of
+
+
 def check_memory_feasible(table: ScheduleTable, costs: CostTable,
                           partition: Sequence[tuple[int, int]], cluster: Cluster | None = None,
                           semantics: str = "eager", capacity: Sequence[float] | None = None
@@ -141,31 +172,7 @@ def check_memory_feasible(table: ScheduleTable, costs: CostTable,
             return 0
         return ev[x] <= ev[k]
 
-    per_device: dict[int, list] = {d: [] for d in range(table.n_devices)}   # (event, amount, coeff)
-    for u, unit in enumerate(g.units):
-        for _, a in unit.cells:
-            if a.kind.is_compute:
-                per_device[unit.device].append((g.start(u), mm.alloc[a]))
-                per_device[unit.device].append((g.passed(u), -mm.free[a]))
-    checkpoints: list[tuple[int, int]] = []                      # (device, event)
-    for u, unit in enumerate(g.units):
-        for _, a in unit.cells:
-            if a.kind is F:
-                checkpoints.append((unit.device, g.start(u)))
-    flows = []                                                    # (device, on, off, bytes)
-    for i, t in enumerate(g.transfers):
-        send_u = g.unit_of[t.send]
-        cons_u = g.unit_of[t.consumer]
-        nb = mm.transfer_bytes[i]
-        flows.append((t.src, g.reach(send_u), g.arrive(i), nb))
-        flows.append((t.dst, g.arrive(i), g.start(cons_u), nb))
-        if nb > 0:
-            checkpoints.append((t.src, g.reach(send_u)))
-            checkpoints.append((t.dst, g.arrive(i)))
-    flows_of: dict[int, list] = {d: [] for d in range(table.n_devices)}
-    for d, on, off, nb in flows:
-        if nb > 0:
-            flows_of[d].append((on, off, nb))
+    per_device, checkpoints, flows_of = _memory_events(g, mm, table.n_devices)
 
     lits = {}
     exprs = {}
