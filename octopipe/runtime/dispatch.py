@@ -16,6 +16,7 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import ScheduleError
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.job import Job
+from octopipe.runtime.stage import SpecBlocks
 from octopipe.runtime.tensor_parallel import check_grid
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import bind
@@ -45,8 +46,10 @@ def plain(config: RuntimeConfig) -> RuntimeConfig:
 def variability_of(config: RuntimeConfig, job: Job) -> Variability:
     """The jitter model `config` asks for, bound to `job`'s stages (vision shares, floor)."""
     model, costs, partition = job.model, job.costs, job.plan.partition
+    if isinstance(model, SpecBlocks):
+        model = model.model
     share: tuple[float, ...] = ()
-    if config.images_max > 1 and model is not None:
+    if config.images_max > 1 and isinstance(model, ModelSpec):
         n = model.n_layers
         f = costs.f[:, 0] if costs is not None and costs.n_layers == n else np.ones(n)
         share = image_share(model, f, partition)

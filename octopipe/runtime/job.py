@@ -17,6 +17,7 @@ from octopipe.cost.table import CostTable
 from octopipe.model.spec import ModelSpec
 from octopipe.model.user_module import UserBlocks
 from octopipe.plan import Plan
+from octopipe.runtime.stage import SpecBlocks
 
 
 class BatchSource(Protocol):
@@ -40,8 +41,8 @@ class WeightPolicy(Protocol):
     def state(self) -> dict[str, torch.Tensor]: ...
 
 
-# the layers a real run builds: a preset's ModelSpec, or a user's blocks (`model.user_module`)
-Layers = ModelSpec | UserBlocks
+# the layers a real run builds: a preset's ModelSpec (or its `SpecBlocks`), or a user's blocks
+Layers = ModelSpec | SpecBlocks | UserBlocks
 
 
 @dataclass(frozen=True)
