@@ -13,6 +13,7 @@ analytic cost table of the 128-layer model. The report checks the study's findin
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 import json
 import time
 from dataclasses import replace
@@ -141,17 +142,21 @@ def _index(points: list[dict]) -> dict:
     return {(p["stages"], p["microbatches"], p["schedule"], p["compute"], p["network"]): p for p in points}
 
 
-def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
-    idx = _index(points)
-    stages = [int(s) for s in ex.stages]
-    mbs = [int(b) for b in ex.microbatches]
-    systems = list(itertools.product(LEVELS, LEVELS))
-    L = ["# experiment=tabular: the tabular-abstraction study's setting on three levels", "",
-         "Model dense_128l (128 layers, hidden 4096, seq 4096), global batch "
-         f"{int(ex.global_batch)} sequences split into B micro-batches; systems `<network>_nw/<compute>_cp` "
-         "with 10x steps around ~1 PFLOP/s and 50 GB/s + 0.5 us; strict order, eager transfers, "
-         "one transfer per link direction at a time.", ""]
-    # 1. GPipe vs 1F1B
+@dataclass(frozen=True)
+class _Study:
+    """The points by (S, B, schedule, compute, network), the axes and the experiment."""
+
+    idx: dict
+    stages: list[int]
+    mbs: list[int]
+    systems: list[tuple[str, str]]
+    ex: Any
+
+
+def _gpipe_vs_1f1b(st: _Study) -> tuple[Any, list[str]]:
+    """Section 1: GPipe against 1F1B, makespans and activation peaks."""
+    idx, stages, mbs, systems = st.idx, st.stages, st.mbs, st.systems
+    L: list[str] = []
     rel, lower_peak, n_pairs = [], 0, 0
     for s, b, (cp, nw) in itertools.product(stages, mbs, systems):
         g, o = idx.get((s, b, "gpipe", cp, nw)), idx.get((s, b, "1f1b", cp, nw))
@@ -180,7 +185,13 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
         if g and o:
             L.append(f"| {s} | {b} | {g['peak_activation_memory_bytes'] / 1e9:.1f} | "
                      f"{o['peak_activation_memory_bytes'] / 1e9:.1f} |")
-    # 2. Chimera vs the better of GPipe/1F1B
+    return f1, L
+
+
+def _chimera(st: _Study) -> tuple[Any, list[str]]:
+    """Section 2: Chimera against the better of GPipe and 1F1B."""
+    idx, stages, mbs, systems = st.idx, st.stages, st.mbs, st.systems
+    L: list[str] = []
     L += ["", "## 2. Chimera against the better of GPipe and 1F1B (speedup = best / Chimera - 1)", ""]
     f2: dict[str, Any] = {}
     for s in stages:
@@ -215,7 +226,13 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
                                   if f2_summary[f"mean_speedup_{nw}_network"] is not None)
           + f"; B <= 16: {_sign(f2_summary['mean_speedup_B_le_16'])}, B >= 128: "
           f"{_sign(f2_summary['mean_speedup_B_ge_128'])}.", ""]
-    # 3. rankings across levels
+    return {**f2_summary, "per_point": f2}, L
+
+
+def _rankings(st: _Study) -> tuple[Any, list[str]]:
+    """Section 3: where the best schedule differs between the abstraction levels."""
+    idx, stages, mbs, systems = st.idx, st.stages, st.mbs, st.systems
+    L: list[str] = []
     changed, total, examples = 0, 0, []
     for s, b, (cp, nw) in itertools.product(stages, mbs, systems):
         rows = [idx[k] for k in [(s, b, n, cp, nw) for n in ("gpipe", "1f1b", "chimera")] if k in idx]
@@ -241,9 +258,15 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
         L += ["", f"Chimera at (S, B) = (8, 16): formula bubble {fb['formula_bubble_ratio']:.1%}, idealized "
               f"table {fb['idealized_bubble_ratio']:.1%} (the study: 16% vs 26%), simulated "
               f"{fb['bubble_ratio']:.1%} on mid/mid."]
-    # 4. Hanayo vs Chimera
-    hs, hb = (int(x) for x in ex.hanayo_at)
-    labels = [f"hanayo_c{int(c)}" for c in ex.hanayo_chunks]
+    return f3, L
+
+
+def _hanayo(st: _Study) -> tuple[Any, list[str]]:
+    """Section 4: Hanayo against Chimera at `ex.hanayo_at`."""
+    idx, systems = st.idx, st.systems
+    L: list[str] = []
+    hs, hb = (int(x) for x in st.ex.hanayo_at)
+    labels = [f"hanayo_c{int(c)}" for c in st.ex.hanayo_chunks]
     f4: dict[str, dict] = {lab: {} for lab in labels}
     L += ["", f"## 4. Hanayo against Chimera at (S, B) = ({hs}, {hb}) (speedup = Chimera / Hanayo - 1)", "",
           "Hanayo with c chunks per device runs c/2 waves (c = 2: one wave, 2S stages; c = 4: two waves).", "",
@@ -273,18 +296,40 @@ def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
                       else " (Chimera was not run at this point)")
             L.append(f"\n{lab}: formula bubble {h['formula_bubble_ratio']:.1%}, idealized table "
                      f"{h['idealized_bubble_ratio']:.1%}{versus}.")
-    # persistent memory
+    return f4, L
+
+
+def _persistent(st: _Study) -> tuple[Any, list[str]]:
+    """The persistent (static) memory per device, GPipe against Chimera."""
+    idx, stages, mbs = st.idx, st.stages, st.mbs
+    L: list[str] = []
     L += ["", "## Persistent memory", ""]
     for s in stages:
         g, c = idx.get((s, mbs[0], "gpipe", "mid", "mid")), idx.get((s, mbs[0], "chimera", "mid", "mid"))
         if g and c:
             L.append(f"- S={s}: static bytes per device GPipe {g['static_memory_bytes'] / 1e9:.1f} GB, Chimera "
                      f"{c['static_memory_bytes'] / 1e9:.1f} GB (two stage replicas per device).")
+    return None, L
+
+
+def analyse(points: list[dict], ex: Any, skipped: dict) -> tuple[dict, str]:
+    st = _Study(_index(points), [int(s) for s in ex.stages], [int(b) for b in ex.microbatches],
+                list(itertools.product(LEVELS, LEVELS)), ex)
+    L = ["# experiment=tabular: the tabular-abstraction study's setting on three levels", "",
+         "Model dense_128l (128 layers, hidden 4096, seq 4096), global batch "
+         f"{int(ex.global_batch)} sequences split into B micro-batches; systems `<network>_nw/<compute>_cp` "
+         "with 10x steps around ~1 PFLOP/s and 50 GB/s + 0.5 us; strict order, eager transfers, "
+         "one transfer per link direction at a time.", ""]
+    found = {}
+    for key, section in (("gpipe_vs_1f1b", _gpipe_vs_1f1b), ("chimera_vs_best_of_gpipe_1f1b", _chimera),
+                         ("ranking_changes", _rankings), ("hanayo_vs_chimera", _hanayo), ("", _persistent)):
+        part, lines = section(st)
+        L += lines
+        if key:
+            found[key] = part
     if skipped:
         L += ["", "## Not built", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
-    findings = {"gpipe_vs_1f1b": f1, "chimera_vs_best_of_gpipe_1f1b": {**f2_summary, "per_point": f2},
-                "ranking_changes": f3, "hanayo_vs_chimera": f4}
-    return findings, "\n".join(L) + "\n"
+    return found, "\n".join(L) + "\n"
 
 
 def _best_set(rows: list[dict], key: str) -> tuple[str, ...]:
