@@ -18,7 +18,7 @@ import ctypes
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -280,37 +280,35 @@ def _admission(prog: Program) -> list[list[int]]:
     return out
 
 
-def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
-                    max_inflight: Sequence[int] | None = None,
-                    mem_limit: Sequence[float] | None = None) -> Raw:
-    """An idle device runs its best-ranked ready compute node (messages are eager).
+class _Devices(NamedTuple):
+    """The devices' side of `run_ready_first` (`_ready_first_devices` builds it)."""
 
-    `max_inflight[d]` caps the micro-batches live on device d and `mem_limit[d]` its activation
-    bytes at each admission, as `octopipe.sim.hints` defines (the runtime dispatcher's rule).
-    """
-    key = f"prio:{hint}"
-    if key not in prog._cache:
-        prog._cache[key] = hint_priority(prog, hint)
-    prio = prog._cache[key]
+    start: list[float]
+    end: list[float]
+    busy: list[bool]
+    peak: list[float]
+    order: list[list[int]]
+    hf: list[list[tuple[int, int]]]
+    blocked_total: list[float]
+    heap: list[tuple[float, int]]
+    ready: Callable[[int, int], None]
+    dispatch: Callable[[int, float], None]
+    finished: Callable[[int, int, float, float], None]
+
+
+def _ready_first_devices(prog: Program, dur: Durations, prio, caps: tuple) -> _Devices:
+    """Each device's ready queues (F apart from I/W/B, by hint priority), live micro-batches and
+    memory, with the closures that queue a ready node (`ready`), start a device's best
+    admissible ready node (`dispatch`) and end a node (`finished`); closures over these locals
+    keep the event loop's per-action work as cheap as inline code."""
     L = prog.lists()
-    n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
-    c_dev, c_kind, in_t, out_t = L["c_dev"], L["c_kind"], L["c_in_transfer"], L["c_out_transfer"]
-    c_mb = prog.c_mb.tolist()
-    lp_ptr, ls_ptr, ls_idx = L["lp_ptr"], L["ls_ptr"], L["ls_idx"]
-    t_dst, t_link, t_cons = L["t_dst"], L["t_link"], L["t_consumer"]
-    cdur, tdur = dur.compute.tolist(), dur.transfer.tolist()
-    alloc, free = dur.alloc.tolist(), dur.free.tolist()
-    need = [lp_ptr[c + 1] - lp_ptr[c] + (1 if in_t[c] >= 0 else 0) for c in range(n_c)]
-    start = [0.0] * n_c
-    end = [-1.0] * n_c
-    t_start = [0.0] * n_t
-    t_end = [0.0] * n_t
-    link_free = [0.0] * max(1, len(prog.links))
-    busy = [False] * n_d
-    mem = [0.0] * n_d
-    peak = [0.0] * n_d
-    cap_n = list(max_inflight) if max_inflight is not None else None
-    cap_b = list(mem_limit) if mem_limit is not None else None
+    n_c, n_d = prog.n_compute, prog.n_devices
+    c_kind, c_mb = L["c_kind"], prog.c_mb.tolist()
+    cdur, alloc = dur.compute.tolist(), dur.alloc.tolist()
+    start, end = [0.0] * n_c, [-1.0] * n_c
+    busy, mem, peak = [False] * n_d, [0.0] * n_d, [0.0] * n_d
+    cap_n = list(caps[0]) if caps[0] is not None else None
+    cap_b = list(caps[1]) if caps[1] is not None else None
     gated = cap_n is not None or cap_b is not None
     adm = _admission(prog) if gated else []
     adm_next = [0] * n_d
@@ -318,6 +316,14 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
     live = [[0] * n_mb for _ in range(n_d)]
     started = [[False] * n_mb for _ in range(n_d)]
     n_live = [0] * n_d
+    blocked_since, blocked_total = [-1.0] * n_d, [0.0] * n_d
+    order: list[list[int]] = [[] for _ in range(n_d)]
+    hf: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
+    hb: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
+    heap: list[tuple[float, int]] = []
+
+    def ready(d: int, c: int) -> None:
+        heappush(hf[d] if c_kind[c] == 0 else hb[d], (prio[c], c))
 
     def allowed(d: int, c: int) -> bool:
         m = c_mb[c]
@@ -326,15 +332,6 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
         nxt = adm[d][adm_next[d]] if adm_next[d] < len(adm[d]) else -1
         return admits(m, nxt, n_live[d], None if cap_n is None else cap_n[d], mem[d], alloc[c],
                       None if cap_b is None else cap_b[d])
-    blocked_since = [-1.0] * n_d
-    blocked_total = [0.0] * n_d
-    order: list[list[int]] = [[] for _ in range(n_d)]
-    hf: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
-    hb: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
-    heap: list[tuple[float, int]] = []
-    for c in range(n_c):
-        if need[c] == 0:
-            heappush(hf[c_dev[c]] if c_kind[c] == 0 else hb[c_dev[c]], (prio[c], c))
 
     def dispatch(d: int, now: float) -> None:
         b = hb[d]
@@ -377,6 +374,46 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
             peak[d] = m
         heappush(heap, (now + cdur[pick], pick))
 
+    def finished(d: int, c: int, now: float, freed: float) -> None:
+        end[c] = now
+        busy[d] = False
+        mem[d] -= freed
+        k = c_kind[c]
+        if gated and (k == 1 or k == 3):
+            m = c_mb[c]
+            live[d][m] -= 1
+            if live[d][m] == 0:
+                n_live[d] -= 1
+
+    return _Devices(start, end, busy, peak, order, hf, blocked_total, heap, ready, dispatch, finished)
+
+
+def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
+                    max_inflight: Sequence[int] | None = None,
+                    mem_limit: Sequence[float] | None = None) -> Raw:
+    """An idle device runs its best-ranked ready compute node (messages are eager).
+
+    `max_inflight[d]` caps the micro-batches live on device d and `mem_limit[d]` its activation
+    bytes at each admission, as `octopipe.sim.hints` defines (the runtime dispatcher's rule).
+    """
+    key = f"prio:{hint}"
+    if key not in prog._cache:
+        prog._cache[key] = hint_priority(prog, hint)
+    L = prog.lists()
+    n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
+    c_dev, in_t, out_t = L["c_dev"], L["c_in_transfer"], L["c_out_transfer"]
+    lp_ptr, ls_ptr, ls_idx = L["lp_ptr"], L["ls_ptr"], L["ls_idx"]
+    t_dst, t_link, t_cons = L["t_dst"], L["t_link"], L["t_consumer"]
+    tdur, free = dur.transfer.tolist(), dur.free.tolist()
+    need = [lp_ptr[c + 1] - lp_ptr[c] + (1 if in_t[c] >= 0 else 0) for c in range(n_c)]
+    t_start = [0.0] * n_t
+    t_end = [0.0] * n_t
+    link_free = [0.0] * max(1, len(prog.links))
+    dev = _ready_first_devices(prog, dur, prog._cache[key], (max_inflight, mem_limit))
+    heap, busy, ready, dispatch = dev.heap, dev.busy, dev.ready, dev.dispatch
+    for c in range(n_c):
+        if need[c] == 0:
+            ready(c_dev[c], c)
     for d in range(n_d):
         dispatch(d, 0.0)
     dirty: set[int] = set()
@@ -386,21 +423,13 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
             _, ev = heappop(heap)
             if ev < n_c:
                 d = c_dev[ev]
-                end[ev] = now
-                busy[d] = False
-                mem[d] -= free[ev]
-                k = c_kind[ev]
-                if gated and (k == 1 or k == 3):
-                    m = c_mb[ev]
-                    live[d][m] -= 1
-                    if live[d][m] == 0:
-                        n_live[d] -= 1
+                dev.finished(d, ev, now, free[ev])
                 dirty.add(d)
                 for j in range(ls_ptr[ev], ls_ptr[ev + 1]):
                     s = ls_idx[j]
                     need[s] -= 1
                     if need[s] == 0:
-                        heappush(hf[d] if c_kind[s] == 0 else hb[d], (prio[s], s))
+                        ready(d, s)
                 t = out_t[ev]
                 if t >= 0:
                     lk = t_link[t]
@@ -417,17 +446,16 @@ def run_ready_first(prog: Program, dur: Durations, hint: str = "table",
                 c = t_cons[t]
                 need[c] -= 1
                 if need[c] == 0:
-                    d = t_dst[t]
-                    heappush(hf[d] if c_kind[c] == 0 else hb[d], (prio[c], c))
-                    dirty.add(d)
+                    ready(t_dst[t], c)
+                    dirty.add(t_dst[t])
         for d in sorted(dirty):
             if not busy[d]:
                 dispatch(d, now)
         dirty.clear()
     stuck = None
-    if any(e < 0.0 for e in end):
-        held = [hf[d][0][1] for d in range(n_d) if hf[d]]
-        stuck = StuckState([len(o) for o in order], [e >= 0.0 for e in end], [], [], [], [], held)
-    return Raw(np.array(start), np.array(end), np.array(t_start), np.array(t_end),
-               tuple(np.array(o, dtype=np.int64) for o in order), np.array(peak),
-               np.array(blocked_total), stuck)
+    if any(e < 0.0 for e in dev.end):
+        held = [dev.hf[d][0][1] for d in range(n_d) if dev.hf[d]]
+        stuck = StuckState([len(o) for o in dev.order], [e >= 0.0 for e in dev.end], [], [], [], [], held)
+    return Raw(np.array(dev.start), np.array(dev.end), np.array(t_start), np.array(t_end),
+               tuple(np.array(o, dtype=np.int64) for o in dev.order), np.array(dev.peak),
+               np.array(dev.blocked_total), stuck)
