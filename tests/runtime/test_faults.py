@@ -1,7 +1,6 @@
 """Failures end the run quickly, name the rank and the action, and never hang."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -17,32 +16,31 @@ TABLE = ScheduleTable.from_strings([[f"{d}{k}{m}" for k in "FB" for m in range(3
                                    (0, 1, 2), 3, "gpipe")
 
 
-def run_with(fault: Fault, **kw):
-    t0 = time.monotonic()
+def run_with(fault: Fault, **kw) -> str:
+    """The launch's error; the message itself tells a failure reported at once from one that
+    waited for the 60 s timeout (which names runtime.timeout_s), with no clock in the assertion."""
     with pytest.raises(RuntimeExecutionError) as info:
         execute(tiny.job(MODEL, uniform_partition(MODEL.n_layers, 3), TABLE, fault=fault, timeout_s=60, **kw))
-    return str(info.value), time.monotonic() - t0
+    assert "exceeded runtime.timeout_s" not in str(info.value)
+    return str(info.value)
 
 
 def test_a_raising_rank_stops_everyone_and_is_named_with_its_action():
-    msg, took = run_with(Fault(rank=1, action="1F1", kind="raise"))
+    msg = run_with(Fault(rank=1, action="1F1", kind="raise"))
     assert msg.startswith("rank 1 failed at 1F1") and "injected fault at 1F1" in msg
     assert "rank 0:" in msg and "rank 2:" in msg
-    assert took < 15
 
 
 def test_a_killed_rank_is_reported_not_waited_for():
-    msg, took = run_with(Fault(rank=2, action="2B0", kind="exit"))
+    msg = run_with(Fault(rank=2, action="2B0", kind="exit"))
     assert msg.startswith("rank 2 was killed by SIGKILL at 2B0")
-    assert took < 15
 
 
 def test_watchdog_turns_a_stuck_rank_into_an_error_with_every_position():
-    msg, took = run_with(Fault(rank=0, action="0F2", kind="hang"), stall_s=1.5)
+    msg = run_with(Fault(rank=0, action="0F2", kind="hang"), stall_s=1.5)
     assert msg.startswith("watchdog: no rank made progress")
     assert "rank 0: running 0F2" in msg
     assert "rank 1: waiting for the inputs of" in msg
-    assert took < 15
 
 
 def test_bad_plans_are_rejected_before_any_process_starts():

@@ -1,7 +1,17 @@
 """fp32 training on the pipeline equals the single-process run (same blocks, data order, AdamW,
-schedule, clipping) over 20 steps, losses and final weights within rtol 1e-5: a user module on
-named schedules and the tuner's plan with split layers and split backward on every text layer
-kind; a resumed run continues bit for bit; bf16 stays close to the fp32-master reference."""
+schedule, clipping) over 20 steps: a user module on named schedules and the tuner's plan with
+split layers and split backward on every text layer kind; a resumed run continues bit for bit;
+bf16 stays close to the fp32-master reference.
+
+Tolerances. The losses agree within rtol 1e-5 (observed about 1e-7: every step's loss is one
+forward of the same weights). The final weights are held to the spread that fp32 rounding alone
+gives this computation on this CPU: the pipeline adds the same micro-batch gradients in another
+order (by stage, by micro-batch), and 20 AdamW steps carry that rounding on (AdamW divides by
+sqrt(v), so a gradient element near zero turns a rounding difference into an update of up to
+the learning rate). The reference run once more with its micro-batches in reverse order is the
+same mathematics with the sums reordered; its distance from the reference is the floor, and the
+pipeline must stay within `FLOOR_MULTIPLE` times it (and never needs to be closer than 1e-5).
+A wrong gradient (a missing term, a tie broken) is orders of magnitude above either."""
 from __future__ import annotations
 
 import math
@@ -26,6 +36,26 @@ from tests.runtime import tiny
 from tests.train.helpers import OPTIM, batches, gpt, named_plan, train
 
 RTOL = 1e-5
+FLOOR_MULTIPLE = 8.0
+
+
+class ReversedMicrobatches:
+    """The same batches with each step's micro-batches in reverse order: the same mean gradient,
+    summed in another order."""
+
+    def __init__(self, data, n: int) -> None:
+        self.data, self.n = data, n
+
+    def batch(self, step: int, mb: int) -> dict:
+        return self.data.batch(step, self.n - 1 - mb)
+
+
+def weight_bound(model, data, ref) -> float:
+    """The final-weight tolerance: FLOOR_MULTIPLE x the reference's own spread under reordered
+    sums (see the module docstring), at least RTOL."""
+    again = reference_train(model, ReversedMicrobatches(data, 4), 4, OPTIM, 20)
+    _, floor = compare(again, ref, model, {})
+    return max(RTOL, FLOOR_MULTIPLE * floor)
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +63,12 @@ def user():
     blocks = gpt()
     data = batches(blocks.seq_len, blocks.micro_batch_size)
     return blocks, data, reference_train(blocks, data, 4, OPTIM, 20)
+
+
+@pytest.fixture(scope="module")
+def user_weight_bound(user):
+    blocks, data, ref = user
+    return weight_bound(blocks, data, ref)
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +80,21 @@ def zbv_run(user, tmp_path_factory):
     return run, ckpt
 
 
-def test_user_module_on_zbv_equals_the_single_process_run_and_learns(user, zbv_run):
+def test_user_module_on_zbv_equals_the_single_process_run_and_learns(user, zbv_run, user_weight_bound):
     blocks, _, ref = user
     run, _ = zbv_run
     loss_err, weight_err = compare(run, ref, blocks, {})
-    assert len(run.losses) == 20 and loss_err <= RTOL and weight_err <= RTOL
+    assert len(run.losses) == 20 and loss_err <= RTOL and weight_err <= user_weight_bound
     assert run.losses[-1] < 0.6 * math.log(256) < run.losses[0]
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", pytest.param("interleaved", marks=pytest.mark.slow),
                                       pytest.param("chimera", marks=pytest.mark.slow)])
-def test_user_module_on_named_schedules(user, schedule):
+def test_user_module_on_named_schedules(user, schedule, user_weight_bound):
     blocks, data, ref = user
     run = train(blocks, named_plan(schedule, blocks.n_blocks), data)
-    assert max(compare(run, ref, blocks, {})) <= RTOL
+    loss_err, weight_err = compare(run, ref, blocks, {})
+    assert loss_err <= RTOL and weight_err <= user_weight_bound
 
 
 def test_resume_continues_bit_for_bit(user, zbv_run):
@@ -94,7 +131,8 @@ def test_tuned_plan_with_split_layers_and_split_backward_on_every_text_layer_kin
     data = batches(model.seq_len, model.micro_batch_size, vocab=tiny.VOCAB)
     ref = reference_train(model, data, 4, OPTIM, 20)
     run = train(blocks, plan, data)
-    assert max(compare(run, ref, blocks, plan.shards)) <= RTOL
+    loss_err, weight_err = compare(run, ref, blocks, plan.shards)
+    assert loss_err <= RTOL and weight_err <= weight_bound(model, data, ref)
 
 
 @pytest.mark.slow
@@ -108,3 +146,12 @@ def test_bf16_autocast_with_fp32_master_weights_stays_close(user):
     loss_err, _ = compare(run, ref, blocks, {})
     assert loss_err <= 1e-3
     assert all(p.dtype == torch.float32 for p in run.params.values())
+
+
+def test_the_weight_bound_sees_a_wrong_gradient(user, user_weight_bound):
+    """The floor-derived bound is far below what a real defect gives: the reference trained on
+    every micro-batch but the last (a gradient with one term missing) is outside it."""
+    blocks, data, ref = user
+    short = reference_train(blocks, data, 3, OPTIM, 20)
+    _, weight_err = compare(short, ref, blocks, {})
+    assert weight_err > 10 * user_weight_bound
