@@ -52,7 +52,7 @@ class Cluster:
         link = self.link(a, b)
         return 0.0 if link is None else link.transfer_time(nbytes)
 
-    def restrict(self, n: int) -> "Cluster":
+    def restrict(self, n: int) -> Cluster:
         """The first `n` ranks (a pipeline of n devices on this cluster)."""
         if not 1 <= n <= self.n_devices:
             raise ConfigError(f"pp={n}: cluster {self.name!r} has {self.n_devices} devices; "

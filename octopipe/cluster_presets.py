@@ -22,7 +22,8 @@ boundaries cross nodes.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.config.cluster import ClusterConfig

@@ -13,13 +13,13 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 CFLAGS = ("-O3", "-shared", "-fPIC")
 
 
-def load(src: Path, declare: Callable[[ctypes.CDLL], None]) -> "ctypes.CDLL | None":
+def load(src: Path, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL | None:
     """Build `src` (once per source version) and load it, with `declare` setting its functions'
     argument types; None when that is not possible or `OCTOPIPE_NO_CC` is set."""
     if os.environ.get("OCTOPIPE_NO_CC"):

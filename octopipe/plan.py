@@ -8,9 +8,9 @@ all hold one; `min_max_partition` is the one min-max linear-partition DP.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -37,12 +37,12 @@ class Partition:
         object.__setattr__(self, "sizes", sizes)
 
     @classmethod
-    def of(cls, value: "Partition | Sequence[Sequence[int]]") -> "Partition":
+    def of(cls, value: Partition | Sequence[Sequence[int]]) -> Partition:
         """`value` itself, or the partition of a sequence of `(lo, hi)` ranges."""
         return value if isinstance(value, Partition) else cls.from_ranges(value)
 
     @classmethod
-    def from_ranges(cls, ranges: Sequence[Sequence[int]]) -> "Partition":
+    def from_ranges(cls, ranges: Sequence[Sequence[int]]) -> Partition:
         """From `((lo, hi), ...)`, contiguous from layer 0."""
         sizes, prev = [], 0
         for s, (lo, hi) in enumerate(ranges):
@@ -55,13 +55,13 @@ class Partition:
         return cls(tuple(sizes))
 
     @classmethod
-    def from_cuts(cls, cuts: Sequence[int], n_layers: int) -> "Partition":
+    def from_cuts(cls, cuts: Sequence[int], n_layers: int) -> Partition:
         """From the stage ends (exclusive) of all but the last stage."""
         edges = [0, *(int(b) for b in cuts), int(n_layers)]
         return cls(tuple(b - a for a, b in zip(edges[:-1], edges[1:])))
 
     @classmethod
-    def uniform(cls, n_layers: int, n_stages: int) -> "Partition":
+    def uniform(cls, n_layers: int, n_stages: int) -> Partition:
         """Layers as evenly as counts allow, the extra ones first (Megatron-style)."""
         if n_stages > n_layers:
             raise ScheduleError(f"{n_stages} stages need at least {n_stages} layers; the model has {n_layers}")
@@ -69,7 +69,7 @@ class Partition:
         return cls(tuple(base + (1 if s < extra else 0) for s in range(n_stages)))
 
     @classmethod
-    def balanced(cls, weights: Sequence[float], n_stages: int) -> "Partition":
+    def balanced(cls, weights: Sequence[float], n_stages: int) -> Partition:
         """Minimizes the largest stage sum of `weights` (`min_max_partition`, latest cut on ties)."""
         w = np.asarray(weights, dtype=np.float64)
         L = len(w)

@@ -15,7 +15,8 @@ Layout (``format`` = ``"octopipe.plan"``, ``version`` = `FORMAT_VERSION`)::
 
 The rows in the JSON are authoritative; the CSV is written for torch and for people, and
 `load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]``
-(a mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.shards` (original layer index -> pieces) is
+(a mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.shards` (original layer
+index -> pieces) is
 stored in ``meta.shards``, where version 1 files have always kept it, so files read both ways.
 Its provenance, ``meta.shard_names`` and ``meta.shard_costs``, was written ``split_names`` and
 ``split_costs`` before: `plan_from_doc` reads both and a saved plan carries the new names.
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from octopipe.errors import ScheduleError
 from octopipe.io import read_text, write_text
@@ -106,7 +108,7 @@ def _field(doc: Mapping, key: str, source: str, kind: type | tuple[type, ...]) -
         raise ScheduleError(f"{source}: field {key!r} is missing; a plan JSON needs "
                             f"{', '.join(_REQUIRED)}")
     value = doc[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise ScheduleError(f"{source}: field {key!r} must be a {names}, got {type(value).__name__}")
     return value
@@ -196,5 +198,12 @@ def load_schedule_file(path: str | Path, **csv_kwargs) -> ScheduleTable:
     return read_csv(path, **csv_kwargs)
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "save_plan", "load_plan", "load_schedule_file",
-           "plan_to_doc", "plan_from_doc"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "load_plan",
+    "load_schedule_file",
+    "plan_from_doc",
+    "plan_to_doc",
+    "save_plan",
+]

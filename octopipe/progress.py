@@ -10,12 +10,21 @@ while another is live joins it as a second line instead of failing.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import TypeVar
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
-                           TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 T = TypeVar("T")
 Step = Callable[[str], None]
@@ -110,5 +119,13 @@ def weighted_progress(title: str, show: bool | None = None,
             prog.remove_task(task)
 
 
-__all__ = ["case_progress", "track_cases", "weighted_progress", "no_progress", "progress_columns",
-           "Step", "WeightedStep", "OnCase"]
+__all__ = [
+    "OnCase",
+    "Step",
+    "WeightedStep",
+    "case_progress",
+    "no_progress",
+    "progress_columns",
+    "track_cases",
+    "weighted_progress",
+]

@@ -13,8 +13,9 @@ import importlib
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import Any, NoReturn
 
 import hydra
 from hydra import compose, initialize_config_dir
@@ -26,8 +27,8 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from octopipe.config import Config, load, register
-from octopipe.config.store import registered_presets
 from octopipe.config.schema import MODES
+from octopipe.config.store import registered_presets
 from octopipe.errors import ConfigError, OctoPipeError, Terminated
 from octopipe.io import CONF_DIR, claim_run_dir, preset_names
 from octopipe.modes.inputs import Inputs

@@ -24,7 +24,21 @@ from solvers.placement_ilp import solve_partition_placement, solve_placement_ins
 from solvers.result import PartitionResult
 from solvers.smt import SmtVerdict, check_deadlock_free, check_memory_feasible
 
-__all__ = ["SolverConfig", "Inflight", "PartitionInstance", "PartitionResult", "solve_partition",
-           "solve_instance", "solve_partition_placement", "solve_placement_instance",
-           "dp_partition", "greedy_partition", "improve_by_shifts", "brute_force_partition",
-           "brute_force_placement", "SmtVerdict", "check_deadlock_free", "check_memory_feasible"]
+__all__ = [
+           "Inflight",
+           "PartitionInstance",
+           "PartitionResult",
+           "SmtVerdict",
+           "SolverConfig",
+           "brute_force_partition",
+           "brute_force_placement",
+           "check_deadlock_free",
+           "check_memory_feasible",
+           "dp_partition",
+           "greedy_partition",
+           "improve_by_shifts",
+           "solve_instance",
+           "solve_partition",
+           "solve_partition_placement",
+           "solve_placement_instance",
+]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pulp
 
@@ -20,7 +20,7 @@ from octopipe.errors import SolverUnavailableError
 
 def highs_available() -> bool:
     try:
-        import highspy  # noqa: F401  (optional extra: only probed, and only when asked for)
+        import highspy  # noqa: F401  (only whether it imports)
     except ImportError:
         return False
     return True
@@ -106,6 +106,6 @@ def _best_bound(prob: pulp.LpProblem, solver: pulp.LpSolver, proven_obj: float |
     if isinstance(solver, pulp.HiGHS) and getattr(prob, "solverModel", None) is not None:
         try:
             return float(prob.solverModel.getInfo().mip_dual_bound)
-        except Exception:  # noqa: BLE001 - the bound is optional diagnostics
+        except Exception:
             return None
     return None

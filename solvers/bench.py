@@ -37,7 +37,7 @@ from solvers.smt.deadlock import check_deadlock_free
 
 def first_layers(costs: CostTable, n: int) -> CostTable:
     """The cost table of the first `n` layers."""
-    cut = lambda a: None if a is None else a[:n]  # noqa: E731
+    cut = lambda a: None if a is None else a[:n]
     return CostTable(costs.layer_names[:n], costs.kinds, costs.f[:n], costs.i[:n], costs.w[:n],
                      costs.act_bytes[:n], costs.static_bytes[:n], costs.out_bytes[:n],
                      costs.params[:n], cut(costs.w_act_bytes), cut(costs.flops),
@@ -58,7 +58,7 @@ def random_instance(seed: int, n_layers: int, n_devices: int, hetero: bool,
                  Link("ib", 5e10, 1e-5))
     S = n_stages or n_devices
     return PartitionInstance.build(costs, cl, S, placement if placement is not None else
-                                   (tuple(range(n_devices)) if S == n_devices else None),
+                                   (tuple(range(n_devices)) if n_devices == S else None),
                                    inflight=[float(n_devices - d) for d in range(n_devices)])
 
 

@@ -22,23 +22,24 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from math import comb
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
-from octopipe.io import write_json
 from octopipe.cluster import Cluster
 from octopipe.cluster_presets import cluster_from_config
 from octopipe.config.cost import AnalyticCost
 from octopipe.config.presets import preset
 from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
+from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
+from octopipe.io import write_json
 from octopipe.model.build import build_model
 from octopipe.progress import WeightedStep, weighted_progress
 from octopipe.schedule.table import loop_placement
@@ -69,7 +70,7 @@ class InstanceSet:
     joint_max_stages: int
     plain_time_limit_s: float
 
-    def with_overrides(self, overrides: Mapping[str, Any] | None) -> "InstanceSet":
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> InstanceSet:
         """This set with the fields named in `overrides` replaced (sequences become tuples)."""
         over = dict(overrides or {})
         known = {f.name: f for f in fields(self)}
@@ -125,7 +126,7 @@ def build_instances(instances: InstanceSet) -> list[Instance]:
                     pp -= 1
                 chunks = S // pp
                 cl, costs = preset_costs(model, cluster, pp)
-                if S > costs.n_layers:
+                if costs.n_layers < S:
                     continue
                 schedule = "1f1b" if chunks == 1 else "interleaved"
                 inst = PartitionInstance.build(costs, cl, S, loop_placement(pp, chunks),

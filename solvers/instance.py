@@ -19,8 +19,8 @@ formulations index from the CostTable's own (`CostTable.prefix`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class PartitionInstance:
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_stages: int,
               placement: Sequence[int] | None = None, inflight: Inflight | Sequence[float] = Inflight(),
-              memory_bytes: Sequence[float] | None = None) -> "PartitionInstance":
+              memory_bytes: Sequence[float] | None = None) -> PartitionInstance:
         """Check the inputs and precompute. `inflight`: the schedule whose formula gives each
         device's in-flight count, or the counts themselves (one per device); `memory_bytes`
         overrides the devices' capacities."""
@@ -114,7 +114,7 @@ class PartitionInstance:
     def static_ps(self) -> np.ndarray:
         return self.costs.prefix("static_bytes")
 
-    def with_placement(self, placement: Sequence[int]) -> "PartitionInstance":
+    def with_placement(self, placement: Sequence[int]) -> PartitionInstance:
         return replace(self, placement=tuple(placement))
 
     def stages(self, partition: Partition | Sequence[tuple[int, int]],

@@ -10,8 +10,8 @@ placement works, including several non-adjacent stages per device.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import pulp
 
@@ -66,7 +66,7 @@ def solve_instance(inst: PartitionInstance, cfg: SolverConfig | None = None,
     windows, ub = incumbent_windows(inst, placement) if presolve else (None, None)
     stair = Staircase(prob, inst.n_layers, inst.n_stages, windows=windows)
     if ub is not None:
-        prob += T <= ub / tu * (1 + 1e-9), "incumbent"
+        prob += ub / tu * (1 + 1e-9) >= T, "incumbent"
     load, mem = add_device_terms(inst, stair, placement, tu)
     for d in range(inst.n_devices):
         terms, const = load[d]

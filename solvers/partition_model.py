@@ -6,7 +6,7 @@ boundary falls, linearly in z); `memory_d` sums static and in-flight activation 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from solvers.instance import PartitionInstance
 from solvers.staircase import Staircase

@@ -15,8 +15,8 @@ typically within 1 % of the bound).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import pulp
 

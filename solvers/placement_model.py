@@ -22,8 +22,8 @@ occurrence order (y[j, d2] <= sum_{i<j} y[i, d1]), and so are identical nodes.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pulp

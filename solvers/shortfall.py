@@ -1,7 +1,7 @@
 """Why no plan fits memory: the smallest worst overflow over every plan, named and explained."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pulp
@@ -32,7 +32,7 @@ def explain_shortfall(inst: PartitionInstance, cfg: SolverConfig,
         for d in range(inst.n_devices):
             if mem[d]:
                 prob += stair.expr(mem[d]) - inst.cap[d] / GIB <= E, f"short_{d}"
-        get = lambda: (partition_from_bounds(stair.bounds(), inst.n_layers), placement)  # noqa: E731
+        get = lambda: (partition_from_bounds(stair.bounds(), inst.n_layers), placement)
     else:
         model = build_placement_model(prob, inst, objective=None)
         for d in range(inst.n_devices):

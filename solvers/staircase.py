@@ -16,7 +16,7 @@ partition, which is tight enough that CBC proves optimality by a few hundred nod
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import pulp
@@ -24,7 +24,7 @@ import pulp
 Expr = pulp.LpAffineExpression
 
 
-def _const(c: "pulp.LpVariable | int", value: int) -> bool:
+def _const(c: pulp.LpVariable | int, value: int) -> bool:
     return isinstance(c, int) and c == value
 
 
@@ -68,7 +68,7 @@ class Staircase:
             return 0
         return None
 
-    def cell(self, s: int, j: int) -> "pulp.LpVariable | int":
+    def cell(self, s: int, j: int) -> pulp.LpVariable | int:
         c = self.fixed(s, j)
         return c if c is not None else self.var[s, j]
 
@@ -122,7 +122,7 @@ class Staircase:
         return out
 
 
-def reach_windows(stage_work: "Callable[[int, int, int], float]", n_layers: int, n_stages: int,
+def reach_windows(stage_work: Callable[[int, int, int], float], n_layers: int, n_stages: int,
                   bound: float) -> list[tuple[int, int]] | None:
     """For each stage s < S-1, the range its end can take in any partition whose stages each
     cost at most `bound` (`stage_work(s, lo, hi)` is a lower bound on stage s's cost).

@@ -88,7 +88,7 @@ def place_ws(inst: WInstance, cfg: SolverConfig | None = None) -> WPlacement:
         for k in range(1, n):
             prob += start[core[k]] >= start[core[k - 1]] + inst.dur(core[k - 1]) + gap[k]
         if n:
-            prob += T >= start[core[-1]] + inst.dur(core[-1]) + gap[n]
+            prob += start[core[-1]] + inst.dur(core[-1]) + gap[n] <= T
         held = 0.0               # in units of the budget (bytes are too large for the solver)
         unit = float(inst.budget[d]) if np.isfinite(inst.budget[d]) and inst.budget[d] > 0 else 0.0
         for k, a in enumerate(core):

@@ -132,9 +132,9 @@ class _State:
         arrive, tol = self.ready(kind, s), self.tol
         while self.pending_w(s) and self.clock[s] + self.cost(W_, s) <= arrive + tol:
             self.put(s, W_)
-        if self.pending_w(s) and self.clock[s] < arrive - tol:
-            if greedy or arrive - self.clock[s] > self.idle.max() - self.idle[s] + tol:
-                self.put(s, W_)
+        if self.pending_w(s) and self.clock[s] < arrive - tol and \
+                (greedy or arrive - self.clock[s] > self.idle.max() - self.idle[s] + tol):
+            self.put(s, W_)
 
 
 def _warmup(st: _State, before_first_b: bool) -> np.ndarray:

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("octopipe", "solvers")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def modules() -> dict[str, Path]:
     """Dotted module name -> its file, for every .py under PACKAGES."""
     out = {}
@@ -23,11 +23,11 @@ def modules() -> dict[str, Path]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source(mod: str) -> str:
     return modules()[mod].read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tree(mod: str) -> ast.Module:
     return ast.parse(source(mod))

@@ -6,8 +6,8 @@ import pytest
 
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.plan import Partition, Plan, min_max_partition, uniform_partition
-from octopipe.schedule.generators import one_f_one_b
 from octopipe.plan_io import plan_from_doc, plan_to_doc
+from octopipe.schedule.generators import one_f_one_b
 
 
 def test_sizes_bounds_and_ranges_are_views_of_one_value():

@@ -11,11 +11,10 @@ from octopipe.cost.action_costs import action_costs
 from octopipe.cost.table import CostTable
 from octopipe.errors import ScheduleError
 from octopipe.plan import Plan, uniform_partition
+from octopipe.plan_io import FORMAT_VERSION, load_plan, load_schedule_file, plan_from_doc, plan_to_doc, save_plan
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv
 from octopipe.schedule.lower import lower
-from octopipe.plan_io import (FORMAT_VERSION, load_plan, load_schedule_file, plan_from_doc,
-                                       plan_to_doc, save_plan)
 from octopipe.schedule.table import ScheduleTable, v_placement
 
 

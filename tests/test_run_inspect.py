@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.io import CONF_DIR
 from octopipe.modes import inspect as inspect_mode
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import console_for, publish
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from tests.reliability.cli import main_in_process
 
 ROOT = Path(__file__).resolve().parents[1]

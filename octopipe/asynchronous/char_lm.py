@@ -7,10 +7,10 @@ the mean training cross-entropy (nats per character) on a fixed set of its batch
 """
 from __future__ import annotations
 
+import pydoc_data.topics
 from dataclasses import dataclass, field
 
 import numpy as np
-import pydoc_data.topics
 
 from octopipe.errors import ConfigError
 

@@ -2,8 +2,8 @@
 and the communication-aware simulator's seconds on a chosen model and cluster."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
@@ -39,7 +39,7 @@ def clock_of(rows: Sequence[Sequence[Action | None]], n_microbatches: int,
     ticks = {a: t + 1 for r in rows for t, a in enumerate(r) if a is not None}
     span = max(ticks.values())
     if machine is None:
-        return Clock(ticks, {a: 0.0 for a in ticks}, span, 0.0)
+        return Clock(ticks, dict.fromkeys(ticks, 0.0), span, 0.0)
     table = ScheduleTable(tuple(tuple(a for a in r if a is not None) for r in rows),
                           tuple(range(len(rows))), n_microbatches, name)
     partition = uniform_partition(machine.costs.n_layers, table.n_stages)

@@ -17,8 +17,8 @@ keeps the largest stochastic gradient norm seen (G^2 of the bound).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class Recorder:
     def seen(self, g: np.ndarray) -> None:
         self.g2 = max(self.g2, float(g @ g))
 
-    def finish(self, w: np.ndarray) -> "Run":
+    def finish(self, w: np.ndarray) -> Run:
         while len(self.ticks_values) < len(self.tick_points):
             self._tick_record(w)
         while len(self.seconds_values) < len(self.second_points):

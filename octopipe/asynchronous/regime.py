@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class NoisyGradients:
         self.base, self.std, self.seed = base, float(std), seed
         self.rng = np.random.default_rng(seed)
 
-    def fresh(self) -> "NoisyGradients":
+    def fresh(self) -> NoisyGradients:
         return NoisyGradients(self.base, self.std, self.seed)
 
     def __getattr__(self, name: str):
@@ -108,7 +108,7 @@ def compare_at_budget(obj, S: int, budget: int, pd_grid: Sequence[float], local_
     m_pd = largest_m(lambda m: async_schedule("pd", S, m).n_ticks, budget, S)
     pd = async_schedule("pd", S, m_pd)
     pd_clock = clock_of(pd.table.rows, m_pd)
-    span_local = lambda m: max(len(r) for r in localsgd_rows(S, m, S, local_steps))  # noqa: E731
+    span_local = lambda m: max(len(r) for r in localsgd_rows(S, m, S, local_steps))
     m_loc = largest_m(span_local, budget, S)
     rows = localsgd_rows(S, m_loc, S, local_steps)
     loc_clock = clock_of(rows, m_loc)
@@ -166,8 +166,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     Path(a.out).write_text(json.dumps(res, indent=1))
 
 
-__all__ = ["COMMON_GRID", "NoisyGradients", "Outcome", "PAPER_LOCAL_GRID", "PAPER_PD_GRID", "compare_at_budget",
-           "ablations", "largest_m", "main", "paper_budget_ticks", "paper_logistic"]
+__all__ = [
+    "COMMON_GRID",
+    "PAPER_LOCAL_GRID",
+    "PAPER_PD_GRID",
+    "NoisyGradients",
+    "Outcome",
+    "ablations",
+    "compare_at_budget",
+    "largest_m",
+    "main",
+    "paper_budget_ticks",
+    "paper_logistic",
+]
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ and no stashed version is changed in place, so in-flight micro-batches keep thei
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.func import functional_call

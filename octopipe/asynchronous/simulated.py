@@ -3,12 +3,11 @@ holds, their bytes on top of the simulator's memory model, and the throughput of
 against synchronous 1F1B flushed once per update window."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from octopipe.asynchronous.tables import (ASYNC_SCHEDULES, AsyncSchedule, Rule, check_stream,
-                                         schedule_versions)
+from octopipe.asynchronous.tables import ASYNC_SCHEDULES, AsyncSchedule, Rule, check_stream, schedule_versions
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b

@@ -28,7 +28,7 @@ class Delays:
     microbatch: np.ndarray  # [n]
     delays: np.ndarray      # [n, S]
 
-    def steady(self) -> "Delays":
+    def steady(self) -> Delays:
         """The rows of the second half of the updates (the steady state of a long stream)."""
         keep = self.update >= (int(self.update.max()) + 1) // 2
         return Delays(self.update[keep], self.stage[keep], self.microbatch[keep], self.delays[keep])

@@ -19,9 +19,9 @@ the time order of all stages' updates, which `staleness` counts delays in.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping, Sequence
 
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.action import Action, B, F, I, W

@@ -6,8 +6,7 @@ Field docs, types and defaults live here and only here; YAML presets under conf/
 from octopipe.config.cluster import ClusterConfig
 from octopipe.config.convert import convert, defaults_of
 from octopipe.config.cost import AnalyticCost, CostConfig, FileCost, ProfiledCost
-from octopipe.config.experiment import (ExperimentConfig, OctoPipeAuthorsExperiment,
-                                        TabularExperiment)
+from octopipe.config.experiment import ExperimentConfig, OctoPipeAuthorsExperiment, TabularExperiment
 from octopipe.config.loader import cost_config, load
 from octopipe.config.model import ModelConfig
 from octopipe.config.presets import preset

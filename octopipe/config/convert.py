@@ -11,7 +11,8 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Literal, Mapping, TypeVar, Union
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 

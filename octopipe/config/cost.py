@@ -3,7 +3,7 @@ analytic (roofline model), file (a measured profile), profiled (timed on this ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from octopipe.config.fields import setting
 
@@ -79,6 +79,6 @@ class FileCost:
         return 1
 
 
-CostConfig = Union[AnalyticCost, FileCost, ProfiledCost]
+CostConfig = AnalyticCost | FileCost | ProfiledCost
 COST_SOURCES: dict[str, type] = {"analytic": AnalyticCost, "file": FileCost,
                                  "profiled": ProfiledCost}

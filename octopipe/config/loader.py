@@ -5,7 +5,8 @@ or one of its sections. Each violation is a ConfigError of one line naming the f
 and the valid range."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from octopipe.config.convert import convert, to_plain
 from octopipe.config.cost import COST_SOURCES, CostConfig

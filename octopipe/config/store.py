@@ -5,7 +5,7 @@ defaults (`defaults_of`); `octopipe.config.load` checks types and ranges afterwa
 names its schema first in its defaults list (`defaults: [analytic_schema, _self_]`)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from octopipe.config.cluster import ClusterConfig
 from octopipe.config.convert import defaults_of

@@ -1,7 +1,7 @@
 """Seconds per compute action of a plan, from a CostTable (for ``plan.meta["action_costs"]``)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from octopipe.cost.table import CostTable
 from octopipe.errors import ScheduleError

@@ -49,8 +49,7 @@ import numpy as np
 from octopipe.cluster import Cluster
 from octopipe.config.convert import check, convert
 from octopipe.config.cost import AnalyticCost
-from octopipe.cost.collectives import (PassComm, static_bytes_per_param, tp_collective_seconds,
-                                       with_collectives)
+from octopipe.cost.collectives import PassComm, static_bytes_per_param, tp_collective_seconds, with_collectives
 from octopipe.cost.table import CostTable
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
@@ -88,13 +87,13 @@ class AnalyticCostModel(AnalyticCost):
         check(self, "cost.")
 
     @classmethod
-    def of(cls, cost: AnalyticCost) -> "AnalyticCostModel":
+    def of(cls, cost: AnalyticCost) -> AnalyticCostModel:
         """The model with the settings of a typed `cost` section (profiled costs included)."""
         return cls(**{f.name: getattr(cost, f.name) for f in fields(AnalyticCost)
                       if f.name != "source"})
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "AnalyticCostModel":
+    def from_config(cls, cfg: Any) -> AnalyticCostModel:
         """From a raw `cost` mapping (a preset file read directly), through the schema."""
         return cls.of(convert(AnalyticCost, cfg, "cost."))
 

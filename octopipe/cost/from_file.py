@@ -45,8 +45,9 @@ The profile defines the layers: `model_from_profile` builds the ModelSpec it des
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -170,7 +171,7 @@ class ProfileOptions:
                        round_split=self.round_split), "cost.")
 
     @classmethod
-    def of(cls, cost: FileCost) -> "ProfileOptions":
+    def of(cls, cost: FileCost) -> ProfileOptions:
         """The options of a typed `cost=file` section."""
         return cls(cost.averaging, cost.split, cost.tick_ms, cost.round_split)
 

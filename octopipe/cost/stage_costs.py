@@ -7,8 +7,8 @@ simulator's durations (`octopipe.sim.durations`) all read their per-stage number
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class StageCosts:
 
     @classmethod
     def bind(cls, costs: CostTable, partition: Partition | Sequence[tuple[int, int]],
-             placement: Sequence[int], device_columns: Sequence[int]) -> "StageCosts":
+             placement: Sequence[int], device_columns: Sequence[int]) -> StageCosts:
         """`device_columns[d]`: the CostTable column of device d (`CostTable.columns_for`)."""
         part = Partition.of(partition)
         dev = np.asarray(placement, dtype=np.int64)

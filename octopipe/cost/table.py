@@ -118,7 +118,7 @@ class CostTable:
     @classmethod
     def uniform(cls, n_layers: int, f: float = 1.0, i: float = 1.0, w: float = 1.0,
                 act_bytes: float = 1.0, static_bytes: float = 0.0, out_bytes: float = 0.0,
-                kinds: tuple[str, ...] = ("dev",)) -> "CostTable":
+                kinds: tuple[str, ...] = ("dev",)) -> CostTable:
         """Equal layers on identical devices: the oracle case for closed-form tests."""
         k = len(kinds)
         return cls(tuple(f"layer{j}" for j in range(n_layers)), kinds,

@@ -18,8 +18,8 @@ import csv
 import io
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from octopipe.cluster import Cluster
 from octopipe.cluster_presets import cluster_from_config

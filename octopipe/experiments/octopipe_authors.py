@@ -25,7 +25,7 @@ with its figures: see `authors_check`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -13,8 +13,8 @@ simulator (`octopipe.sim`) models communication semantics explicitly instead.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from heapq import heappop, heappush
-from typing import Sequence
 
 import numpy as np
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from rich.table import Table
@@ -13,7 +14,6 @@ from rich.table import Table
 from octopipe.config.experiment import OctoPipeAuthorsExperiment
 from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.modes.result import Artifact
-
 
 
 def _by_case(outcomes: Sequence[Outcome]) -> dict[Case, list[Outcome]]:
@@ -32,7 +32,7 @@ def summarize(res: Results, exp: OctoPipeAuthorsExperiment) -> dict[str, Any]:
     aggregates."""
     rows = []
     per_case = _by_case(res.outcomes)
-    for case, outs in per_case.items():
+    for _case, outs in per_case.items():
         sp = speedups(outs)
         for o in outs:
             row = o.row()

@@ -3,8 +3,9 @@ check against the authors' figures, and the speedups of the OctoPipe plan; the d
 (`octopipe_authors`) computes them, the report (`octopipe_authors_report`) renders them."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -20,17 +20,28 @@ import numpy as np
 from octopipe.asynchronous import optimizers as op
 from octopipe.asynchronous.clocks import Clock, Machine, clock_of
 from octopipe.asynchronous.objectives import OBJECTIVES, make_objective
-from octopipe.asynchronous.regime import (PAPER_LOCAL_GRID, PAPER_PD_GRID, compare_at_budget,
-                                          paper_budget_ticks, paper_logistic)
+from octopipe.asynchronous.regime import (
+    PAPER_LOCAL_GRID,
+    PAPER_PD_GRID,
+    compare_at_budget,
+    paper_budget_ticks,
+    paper_logistic,
+)
 from octopipe.asynchronous.runtime import WeightStash, replay
-from octopipe.asynchronous.staleness import (Delays, delay_by_stages, delay_law, law_residuals,
-                                             plot_delay_law, read_delays)
+from octopipe.asynchronous.staleness import (
+    Delays,
+    delay_by_stages,
+    delay_law,
+    law_residuals,
+    plot_delay_law,
+    read_delays,
+)
 from octopipe.asynchronous.tables import AsyncSchedule, async_schedule, localsgd_rows, tick_rows
 from octopipe.config.experiment import PipeDreamExperiment
 from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
-from octopipe.model.build import build_model
 from octopipe.errors import ConfigError
+from octopipe.model.build import build_model
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
@@ -166,12 +177,12 @@ def run(inputs: Inputs) -> Result:
     machine = Machine(inputs.costs, inputs.cluster)
     n_dev = inputs.cluster.n_devices
     for S in (*ex.stages, *ex.lm_stages):
-        if S > n_dev or S > inputs.costs.n_layers:
+        if n_dev < S or inputs.costs.n_layers < S:
             raise ConfigError(f"experiment.stages: S={S} needs {S} devices and layers; cluster "
                               f"{inputs.cluster.name!r} has {n_dev} (set pp >= {S}), the model "
                               f"{inputs.costs.n_layers} layers")
     for M in (ex.microbatches, ex.lm_microbatches):
-        if M < 2 * max((*ex.stages, *ex.lm_stages)):
+        if 2 * max((*ex.stages, *ex.lm_stages)) > M:
             raise ConfigError(f"experiment.microbatches={M}: the stream needs at least 2·S micro-batches "
                               f"for S={max((*ex.stages, *ex.lm_stages))} to reach a steady state")
     stats = delay_by_stages(tuple(ex.delay_stages), ex.delay_per_stage)
@@ -216,7 +227,7 @@ def _summary(ex, stats, residuals, results, settings) -> dict:
     ticks: dict[str, dict] = {}
     mbs = {}
     for (S, M), st in settings.items():
-        if M != ex.microbatches:
+        if ex.microbatches != M:
             continue
         for k, v in st.ticks_of().items():
             ticks.setdefault(k, {})[S] = v
@@ -229,7 +240,7 @@ def _summary(ex, stats, residuals, results, settings) -> dict:
             "timeline_ticks": ticks, "timeline_microbatches": ex.microbatches,
             "lm_timeline_microbatches": ex.lm_microbatches,
             "throughput_vs_1f1b_ticks": {S: st.ticks_of()["1f1b"] / st.ticks_of()["pd"]
-                                         for (S, M), st in settings.items() if M == ex.microbatches},
+                                         for (S, M), st in settings.items() if ex.microbatches == M},
             "bound": {name: {S: r["bound"] for S, r in by_s.items()} for name, by_s in results.items()},
             "runtime_max_rel_err": None, "runtime_throughput_vs_1f1b": None,
             "runtime_note": "runtime part not run (experiment.runtime=false or quick)"}
@@ -377,7 +388,7 @@ def _report(ex, summary, results, inputs) -> str:
          f"stream of M = {ex.microbatches} micro-batches (char_lm: {ex.lm_microbatches}). "
          f"LocalSGD: R = {'S' if ex.replicas is None else ex.replicas} replicas. Step sizes: "
          f"{list(ex.lr_grid)} x 1/L (char_lm: {list(ex.lm_lr_grid)}).", "",
-         "## Delay law (steady half, M = %d·S)" % ex.delay_per_stage, "",
+         f"## Delay law (steady half, M = {ex.delay_per_stage}·S)", "",
          "| S | mean delay | max delay | S² − S/2 | residual |", "|---|---|---|---|---|"]
     for S, d in summary["delay_by_stages"].items():
         L.append(f"| {S} | {d['mean']:.2f} | {d['max']} | {delay_law(S):g} | "
@@ -425,7 +436,8 @@ def _report(ex, summary, results, inputs) -> str:
 def _emulated_line(e: dict, S: int, M: int) -> str:
     return (f"- the same with emulated compute (each action sleeps its modelled duration, "
             f"mean stage F {1e3 * e['emulate_step_s']:g} ms; no weight updates), {e['repeats']} alternating "
-            f"launches of {e['per_launch']} timed runs each: PD / flushed 1F1B median {e['ratio_median']:.3f} (interquartile "
+            f"launches of {e['per_launch']} timed runs each: PD / flushed 1F1B median {e['ratio_median']:.3f} "
+            f"(interquartile "
             f"{e['ratio_iqr'][0]:.3f}–{e['ratio_iqr'][1]:.3f}, min {e['ratio_min']:.3f}, max {e['ratio_max']:.3f}; "
             f"all: {', '.join(f'{x:.3f}' for x in e['ratios'])}); the simulator predicts "
             f"{e['simulated_ratio']:.3f} for the same shape (S={S}, M={M})")

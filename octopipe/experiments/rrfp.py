@@ -61,8 +61,8 @@ cancels in a simulated ratio.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -291,7 +291,8 @@ def tp_extras(s: Setup, results: list[ExecutionResult], measured: Sequence[int],
     def mean(key: str) -> float | None:
         got = [c[key] for c in costs if c.get(key) is not None]
         return float(np.mean(got)) if got else None
-    return {"agreement_s": ag, "ready_first_agreement_s": float(np.mean([agreement_task_s(r, measured) for r in results])),
+    return {"agreement_s": ag, "ready_first_agreement_s": float(np.mean([agreement_task_s(r, measured)
+                                                                         for r in results])),
             "rounds_per_task": mean("rounds_per_task"), "us_per_round": mean("us_per_round"),
             "emulate_step_s": s.config.emulate_step_s if s.compute == "emulated" else None}
 
@@ -382,7 +383,7 @@ def run(inputs: Inputs) -> Result:
               for w in ("language", "multimodal")]
     if ex.tp > 1 and ex.emulated_ranks >= 2 * ex.tp:
         setups += [(w, "emulated", ex.tp) for w in ("language", "multimodal")]
-    if ex.tp > 1 and 2 <= ex.real_ranks and ex.real_ranks * ex.tp <= 4 and not ex.quick:
+    if ex.tp > 1 and ex.real_ranks >= 2 and ex.real_ranks * ex.tp <= 4 and not ex.quick:
         # real compute with TP layers: real_ranks pipeline ranks x tp (runtime/tensor_parallel.py)
         setups += [(w, "real", ex.tp) for w in ("language", "multimodal")]
     points: list[dict] = []

@@ -50,7 +50,8 @@ def findings(points: list[dict]) -> list[str]:
             with_data = float(np.mean([v["simulated_mc_speedup"] for v in mm]))
             no_data = float(np.mean([v["simulated_mc_no_data_speedup"] for v in mm]))
             lang_mc = float(np.mean(lang))
-            out.append(f"  - simulated, best hint, CV >= 0.3: multimodal {with_data:.2f} against language {lang_mc:.2f}; "
+            out.append(f"  - simulated, best hint, CV >= 0.3: multimodal {with_data:.2f} against language "
+                       f"{lang_mc:.2f}; "
                        f"without its data variability (images per sample, text lengths) the multimodal pipeline gains "
                        f"{no_data:.2f}, {'more' if no_data > lang_mc else 'less'} than the language one under the same "
                        f"per-action jitter, so its data adds {with_data - no_data:+.2f}")
@@ -78,12 +79,15 @@ def findings(points: list[dict]) -> list[str]:
         out.append("- tp = " + str(tp[0]["tp"]) + " (RRFP's rule in the runtime and the simulator: strict agrees on "
                    "nothing, ready-first before each task with TP collectives; the simulator charges each such task "
                    "the agreement time per agreed task of a separate calibration run): "
-                   + ", ".join(f"{p['workload']} {p['compute']} CV {p['jitter_cv']:g} {p['hint']}: {p['measured_speedup']:.2f} "
+                   + ", ".join(f"{p['workload']} {p['compute']} CV {p['jitter_cv']:g} {p['hint']}: "
+                               f"{p['measured_speedup']:.2f} "
                                f"measured / {p['simulated_speedup']:.2f} simulated ({fmt(p['rounds_per_task'], '.2f')} "
-                               f"rounds per task, {1e3 * p['ready_first_agreement_s']:.2f} ms per agreed task)" for p in tp))
+                               f"rounds per task, {1e3 * p['ready_first_agreement_s']:.2f} ms per agreed task)"
+                                   for p in tp))
         near = sum(speedup_error(p) <= 0.1 for p in tp)
         out.append(f"  - measured within 10% of simulated at {near}/{len(tp)} tp points (largest error "
-                   f"{max(map(speedup_error, tp)):.3f}); calibrated {1e3 * float(np.mean([p['agreement_s'] for p in tp])):.2f} "
+                   f"{max(map(speedup_error, tp)):.3f}); calibrated "
+                   f"{1e3 * float(np.mean([p['agreement_s'] for p in tp])):.2f} "
                    f"ms per agreed task, measured in the predicted runs "
                    f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in tp])):.2f} ms")
         emu = [p for p in tp if p["compute"] == "emulated" and p.get("emulate_step_s")]
@@ -95,7 +99,8 @@ def findings(points: list[dict]) -> list[str]:
                        f"of it (RRFP's GPUs: well under 1%)")
         real = [p for p in tp if p["compute"] == "real"]
         if real:
-            out.append(f"  - real tp points ({real[0]['ranks']} x tp {real[0]['tp']} = {real[0]['ranks'] * real[0]['tp']} "
+            out.append(f"  - real tp points ({real[0]['ranks']} x tp {real[0]['tp']} = "
+                       f"{real[0]['ranks'] * real[0]['tp']} "
                        f"processes with real compute on this machine's cores): agreement per agreed task "
                        f"{1e3 * float(np.mean([p['ready_first_agreement_s'] for p in real])):.2f} ms against tasks of "
                        f"about 10 ms, and the ranks share the cores, so an iteration follows the CPU time of all ranks "
@@ -148,7 +153,7 @@ def table_md(points: list[dict]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         rows.append(f"| {p['workload']} | {p['compute']} ({p['ranks']} x tp {p['tp']}"
-                    f"{', %d rounds' % p['rounds'] if p.get('rounds', 1) > 1 else ''}) | {p['jitter_cv']:g} | "
+                    f"{', ' + str(p['rounds']) + ' rounds' if p.get('rounds', 1) > 1 else ''}) | {p['jitter_cv']:g} | "
                     f"{'yes' if p['straggler'] else 'no'} | {p['hint']} | {p['measured_speedup']:.3f} | "
                     f"{p['measured_spread']:.3f} | {p['simulated_speedup']:.3f} | "
                     f"{p['simulated_mc_speedup']:.3f} ({p['simulated_mc_spread']:.3f}) | "

@@ -2,8 +2,8 @@
 their modelled costs on the loopback cluster, and the runtime configuration of each level."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 

@@ -13,10 +13,9 @@ analytic cost table of the 128-layer model. The report checks the study's findin
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,10 @@ from octopipe.model.build import build_model
 from octopipe.modes.artifacts import text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
-from octopipe.schedule.idealized import idealize
-from octopipe.schedule.library import bubble_ratio, build_schedule
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
+from octopipe.schedule.idealized import idealize
+from octopipe.schedule.library import bubble_ratio, build_schedule
 from octopipe.sim.durations import bind
 from octopipe.sim.engine import run_strict
 from octopipe.sim.simulator import Simulator, result_of
@@ -176,7 +175,8 @@ def _gpipe_vs_1f1b(st: _Study) -> tuple[Any, list[str]]:
           f"Makespans agree within 1% at {close} of {n_pairs} (S, B, system) points (mean difference "
           f"{f1['mean_relative_makespan_difference']:.2%}, max {f1['max_relative_makespan_difference']:.1%}). "
           f"The larger differences are on {', '.join(slow_sys) or 'no system'}: where transfers are no longer small "
-          "against a stage's compute (slower network, faster compute), 1F1B's fixed alternation puts a neighbour round trip (activation out, "
+          "against a stage's compute (slower network, faster compute), 1F1B's fixed alternation puts a neighbour "
+          "round trip (activation out, "
           "gradient back) on every steady-state step, while GPipe streams its forwards; GPipe is then the "
           f"faster one. 1F1B has the lower activation peak at {lower_peak} of {n_pairs} points.", "",
           "| S | B | GPipe peak act (GB) | 1F1B peak act (GB) |", "|---|---|---|---|"]

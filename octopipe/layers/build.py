@@ -4,15 +4,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import carry_width, is_last
-from octopipe.model.spec import ModelSpec
 from octopipe.layers.attention import MLA, Attention, LinearAttention
 from octopipe.layers.io import Embedding, Head, PatchEmbed, Projector, ViTBlock
 from octopipe.layers.mlp import MLP, MoE
 from octopipe.layers.pieces import build_piece, load_pieces, origins, whole_spec
 from octopipe.layers.ssm import Mamba1, Mamba2
-
+from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.shard import carry_width, is_last
+from octopipe.model.spec import ModelSpec
 
 _SPEC_ONLY: dict[LayerKind, type[nn.Module]] = {
     LayerKind.ATTENTION: Attention, LayerKind.MLA: MLA, LayerKind.LINEAR_ATTENTION: LinearAttention,

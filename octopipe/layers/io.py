@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from octopipe.model.layer import LayerSpec
 from octopipe.layers.attention import Attention
 from octopipe.layers.mlp import FeedForward
+from octopipe.model.layer import LayerSpec
 
 
 class Embedding(nn.Module):

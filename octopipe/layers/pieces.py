@@ -26,19 +26,20 @@ gradients) to the names of its sharded form.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from octopipe.errors import ConfigError
-from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import is_first, is_last, shard_span
-from octopipe.model.spec import ModelSpec
 from octopipe.layers.attention import Attention
 from octopipe.layers.mlp import FeedForward, top_k_route
 from octopipe.layers.ssm import Mamba2
+from octopipe.model.layer import LayerKind, LayerSpec
+from octopipe.model.shard import is_first, is_last, shard_span
+from octopipe.model.spec import ModelSpec
 
 
 def _mark(piece: nn.Module, spec: LayerSpec) -> None:

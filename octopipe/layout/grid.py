@@ -26,7 +26,7 @@ class Grid:
     gpus_per_node: int
 
     @classmethod
-    def of(cls, cfg: ClusterConfig, n_gpus: int | None = None) -> "Grid":
+    def of(cls, cfg: ClusterConfig, n_gpus: int | None = None) -> Grid:
         """The first `n_gpus` GPUs (all when None) of a cluster preset."""
         c = convert(ClusterConfig, cfg, "cluster.")
         full = cluster_from_config(c, pp=None, tp=1)

@@ -15,8 +15,8 @@ Every step is clock-free and seeded, so a seed gives one result.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from octopipe.config.cost import AnalyticCost
 from octopipe.config.layout import LayoutConfig

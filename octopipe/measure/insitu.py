@@ -22,8 +22,8 @@ partition), since the profile's shape misjudges how a stage's time splits betwee
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
 
 import numpy as np
 

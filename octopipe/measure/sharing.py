@@ -13,7 +13,7 @@ concurrency in its group in the simulated timeline, stretch its duration, simula
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -19,8 +19,9 @@ image tokens plus `seq_len` text tokens (the image tokens come first, as the run
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
 from octopipe.config.convert import convert
 from octopipe.config.model import ModelConfig
@@ -53,7 +54,7 @@ def _block_layer(letter: str, block: str, shape: Mapping, hidden: int, tokens: i
     _check_keys(where, shape, _LAYER_FIELDS)
     kw: dict[str, Any] = {"hidden": hidden}
     for key, value in shape.items():
-        if isinstance(value, bool) or isinstance(value, str):
+        if isinstance(value, (bool, str)):
             kw[key] = value
         else:
             kw[key] = _int(f"{where}.{key}", value)

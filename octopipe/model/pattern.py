@@ -90,6 +90,6 @@ def _parse_repeat(text: str, pos: int, field: str) -> tuple[int, int]:
     return int(text[pos + 1:end]), end
 
 
-def format_pattern(letters: "tuple[str, ...] | list[str]") -> str:
+def format_pattern(letters: tuple[str, ...] | list[str]) -> str:
     """The plain (unrepeated) string of a letter sequence; parse_pattern's inverse."""
     return "".join(letters)

@@ -30,8 +30,8 @@ planner decision, not a preset field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def choose_counts(work: Sequence[float], may_shard: Sequence[bool], n_devices: i
     size of its split dimension. Returns only the layers that split (empty: nothing to gain).
     """
     w = np.asarray(work, dtype=float)
-    if n_devices < 1 or not 0 < max_share:
+    if n_devices < 1 or not max_share > 0:
         raise ConfigError(f"choose_counts: n_devices={n_devices}, max_share={max_share}: both must be positive")
     cap = max_share * w.sum() / n_devices
     out: dict[int, int] = {}

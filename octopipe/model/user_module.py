@@ -20,9 +20,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -81,9 +82,7 @@ def load_factory(ref: str) -> tuple[Callable[..., Any], Any]:
 
 
 def _as_list(ref: str, made: Any) -> list[nn.Module]:
-    if isinstance(made, nn.Sequential):
-        blocks = list(made)
-    elif isinstance(made, (list, tuple, nn.ModuleList)):
+    if isinstance(made, (nn.Sequential, list, tuple, nn.ModuleList)):
         blocks = list(made)
     else:
         raise ConfigError(f"model.factory={ref!r} returned {type(made).__name__}; return an "

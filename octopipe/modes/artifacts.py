@@ -9,8 +9,8 @@ from typing import Any
 from octopipe.io import json_text
 from octopipe.modes.result import Artifact
 from octopipe.plan import Plan
-from octopipe.schedule.csv_io import write_csv
 from octopipe.plan_io import plan_to_doc
+from octopipe.schedule.csv_io import write_csv
 from octopipe.schedule.table import ScheduleTable
 
 

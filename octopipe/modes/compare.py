@@ -15,7 +15,8 @@ trace.json / timeline.png of the fastest simulated schedule.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from rich.table import Table
@@ -29,7 +30,7 @@ from octopipe.modes.result import Artifact, Result
 from octopipe.modes.simulate import check_work, estimated_actions
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize
-from octopipe.schedule.library import bubble_ratio, build_schedule, inflight_microbatches, SCHEDULES
+from octopipe.schedule.library import SCHEDULES, bubble_ratio, build_schedule, inflight_microbatches
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, ReadyFirst, SimResult, Simulator
 from octopipe.sim.trace import sim_timeline_png, sim_trace
@@ -91,7 +92,8 @@ def three_levels(tables: dict[str, ScheduleTable], costs: CostTable, cluster: Cl
                    throughput_tokens_per_s=res.throughput_tokens_per_s, mfu=res.mfu)
         if over:
             row["sim_note"] = (f"over memory on device(s) {list(over)}: peak "
-                               f"{res.peak_memory.max() / 2**30:.1f} GiB > {res.durations.capacity.min() / 2**30:.1f} GiB")
+                               f"{res.peak_memory.max() / 2**30:.1f} GiB > "
+                               f"{res.durations.capacity.min() / 2**30:.1f} GiB")
         if keep:
             results[name] = res
         rows.append(row)
@@ -156,7 +158,8 @@ def level_table(rows: list[dict]) -> Table:
 
 def report_md(title: str, rows: list[dict], policy_rows: list[dict], skipped: dict, levels) -> str:
     lines = [f"# {title}", "", "## Three abstraction levels", "",
-             "| schedule | formula bubble | rank | table bubble | slots | rank | sim bubble | makespan (s) | rank | peak act (GB) |",
+             "| schedule | formula bubble | rank | table bubble | slots | rank | sim bubble | makespan (s) | rank | "
+             "peak act (GB) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append("| " + " | ".join([
@@ -166,7 +169,8 @@ def report_md(title: str, rows: list[dict], policy_rows: list[dict], skipped: di
             _fmt(r.get("rank_sim")), _fmt((r.get("peak_activation_memory_bytes") or 0) / 1e9)]) + " |")
     if policy_rows:
         lines += ["", "## strict vs ready_first (mean makespan in s; speedup = strict / ready_first)", "",
-                  "| schedule | " + " | ".join(f"CV {cv:g}: strict / ready_first / speedup (wins-losses); BF, BFW speedups"
+                  "| schedule | " + " | ".join(f"CV {cv:g}: strict / ready_first / speedup (wins-losses); BF, BFW "
+                                               f"speedups"
                                                 for cv in (0.0, *levels)) + " |",
                   "|---|" + "---|" * (1 + len(levels))]
         for r in policy_rows:
@@ -213,7 +217,7 @@ def run(inputs: Inputs) -> Result:
         raise ConfigError(f"no named schedule applies to pp={p}, microbatches={m}, chunks={chunks} for "
                           f"{n_layers} layers ({'; '.join(f'{k}: {v}' for k, v in skipped.items())}); "
                           "lower pp or chunks, or raise microbatches")
-    part = lambda n_s: uniform_partition(n_layers, n_s)  # noqa: E731
+    part = lambda n_s: uniform_partition(n_layers, n_s)
     rows, results = three_levels(tables, costs, cluster, part, semantics, keep=True)
     simulated = [r for r in rows if r.get("makespan_s") is not None]
     if not simulated:

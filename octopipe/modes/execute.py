@@ -65,9 +65,9 @@ which the reporter prints and writes.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from rich.table import Table
@@ -85,7 +85,6 @@ from octopipe.errors import ConfigError
 from octopipe.io import preset_names
 from octopipe.measure.fidelity import Comparison, summarise
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
-from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
@@ -94,14 +93,15 @@ from octopipe.modes.inputs import Inputs, sharder_for
 from octopipe.modes.result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
+from octopipe.plan_io import load_plan
 from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
-from octopipe.plan_io import load_plan
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.sharding import LayerSharder, model_sharder
 from octopipe.tune.tuner import TuneOptions, tune

@@ -2,9 +2,9 @@
 model, the cluster, the costs and the layer sharder (a mode that needs none builds none)."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping
 
 from octopipe.cluster import Cluster
 from octopipe.cluster_presets import cluster_from_config

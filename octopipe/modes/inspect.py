@@ -13,11 +13,11 @@ from rich.table import Table
 
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
 from octopipe.model.params import layer_params, model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.model.validate import validate_model
+from octopipe.modes.inputs import Inputs
+from octopipe.modes.result import Artifact, Result
 
 MB = 1e6
 

@@ -5,7 +5,8 @@ whose partition is used, or a torch CSV); layers are split evenly over the stage
 `sim.*` chooses the policy, communication semantics, hint, limits and jitter; with
 `sim.monte_carlo=N` the summary adds the makespan's mean, spread and percentiles over N seeded
 jittered runs. With cost.tp > 1 under ready_first, RRFP's TP agreement is charged before each
-task with TP collectives (`sim.tp_agreement_s`, octopipe/sim/agreement.py). Artifacts: trace.json (Chrome/Perfetto), timeline.png, schedule.csv (torch
+task with TP collectives (`sim.tp_agreement_s`, octopipe/sim/agreement.py). Artifacts: trace.json (Chrome/Perfetto),
+timeline.png, schedule.csv (torch
 dialect), plan.json, and under ready_first executed_schedule.csv: the order each device
 actually ran, a table that strict order reproduces.
 """
@@ -24,8 +25,8 @@ from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, tabl
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
-from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.plan_io import load_plan, load_schedule_file
+from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, ReadyFirst, Simulator

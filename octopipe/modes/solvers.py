@@ -15,8 +15,7 @@ from octopipe.errors import OctoPipeError
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.progress import weighted_progress
-from solvers.compare import (FULL, SMALL, compare_solvers, plot_solve_times, summarize_methods,
-                             tables)
+from solvers.compare import FULL, SMALL, compare_solvers, plot_solve_times, summarize_methods, tables
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:

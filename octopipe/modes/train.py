@@ -22,9 +22,9 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.loop import TrainRun, launch_training, reference_train
+from octopipe.train.setup import fingerprints, setup, start_step, streams_before, train_job
 from octopipe.train.stream import replay_training
 from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
-from octopipe.train.setup import fingerprints, setup, start_step, streams_before, train_job
 
 
 def run(inputs: Inputs) -> Result:
@@ -39,7 +39,8 @@ def run(inputs: Inputs) -> Result:
     n_params = int(s.costs.params.sum())
     report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
                   f"{t.pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
-                  f"placement {list(s.plan.placement)}{', split layers ' + str(dict(s.plan.shards)) if s.plan.shards else ''}), "
+                  f"placement "
+                  f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.shards)) if s.plan.shards else ''}), "
                   f"{t.microbatches} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
@@ -86,7 +87,8 @@ def run(inputs: Inputs) -> Result:
         ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,
                               torch.bfloat16 if t.precision == "bf16" else None)
         loss_err, weight_err = compare(result, ref, s.blocks, s.plan.shards)
-        summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
+        summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err,
+                       reference_weight_max_rel_err=weight_err,
                        reference_max_rel_err=max(loss_err, weight_err))
         report.append(f"single-process reference: losses within {loss_err:.2e}, final weights within "
                       f"{weight_err:.2e} (relative)")

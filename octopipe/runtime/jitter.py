@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -125,7 +125,7 @@ class DelayedSender:
                 _, _, post = heapq.heappop(self._heap)
             try:
                 post()
-            except BaseException as e:  # noqa: BLE001 - handed to the dispatcher, which raises it
+            except BaseException as e:
                 self.error = e
             with self._cv:
                 self._pending -= 1

@@ -17,29 +17,30 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.model.spec import ModelSpec
-from octopipe.sim.agreement import agreement_stages
 from octopipe.runtime.control import Control, Failure
 from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job, Layers
 from octopipe.runtime.lifeline import rank_entry
-from octopipe.runtime.tensor_parallel import assemble
-from octopipe.runtime.stage import as_blocks
-from octopipe.runtime.transport import choose_transport
 from octopipe.runtime.rank_job import ComputeSpec, RankJob, TensorParallelSpec, Wiring
+from octopipe.runtime.stage import as_blocks
+from octopipe.runtime.tensor_parallel import assemble
+from octopipe.runtime.transport import choose_transport
 from octopipe.runtime.worker import RankProgram, run_iterations
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import validate
+from octopipe.sim.agreement import agreement_stages
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Clocks:
     beat: list[float]
 
     @classmethod
-    def start(cls, world: int, now: float) -> "Clocks":
+    def start(cls, world: int, now: float) -> Clocks:
         return cls([now] * world, [now] * world)
 
 
@@ -131,7 +132,7 @@ def _row(control: Control, table: ScheduleTable, rank: int) -> tuple:
 
 
 def _action_of(control: Control, table: ScheduleTable, rank: int) -> str:
-    it, done, idx, waiting, _ = control.status(rank)
+    it, _done, idx, waiting, _ = control.status(rank)
     row = _row(control, table, rank)
     if not 0 <= idx < len(row):
         return f"the end of iteration {it} (its row done)"

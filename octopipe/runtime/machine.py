@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.errors import RuntimeExecutionError
-from octopipe.runtime.launch import process_context, free_port
+from octopipe.runtime.launch import free_port, process_context
 
 SIZES = (1, 1 << 18)         # float32 elements: a latency probe and a 1 MiB probe
 

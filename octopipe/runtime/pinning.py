@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def core_ids() -> list[int]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist

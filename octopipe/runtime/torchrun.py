@@ -26,11 +26,11 @@ from octopipe.errors import ScheduleError
 from octopipe.io import CONF_DIR
 from octopipe.model.build import build_model
 from octopipe.plan import plan_model
+from octopipe.plan_io import load_plan
 from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import resolve
 from octopipe.runtime.worker import rank_main
-from octopipe.plan_io import load_plan
 
 
 def main(argv: list[str] | None = None) -> None:

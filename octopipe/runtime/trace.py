@@ -13,7 +13,7 @@ def measured_trace(events: list[list[dict]], iterations: list[int] | None = None
     if not acts:
         return {"traceEvents": [], "displayTimeUnit": "ms"}
     t0 = min(e["start"] for e in acts)
-    us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731
+    us = lambda t: round((t - t0) * 1e6, 3)
     out: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "octopipe runtime"}}]
     for r in range(len(events)):
         out.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})

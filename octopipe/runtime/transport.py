@@ -3,7 +3,8 @@
 `tagged` (gloo): every receive a rank will need in an iteration is posted up front, each with
 its own tag and buffer, and each gets a waiter (a pooled thread blocked in its wait(), `Waiters`):
 gloo's irecv only reports completion through wait(), so the waiter's return is how the dispatcher
-learns of an arrival, in whatever order messages come. Sends are posted as soon as their tensor exists. gloo matches messages by
+learns of an arrival, in whatever order messages come. Sends are posted as soon as their tensor exists. gloo matches
+messages by
 tag, so no transfer waits on another and the only waits left are the table's own data
 dependencies.
 
@@ -214,7 +215,7 @@ class Transport:
     def _wait(self, key: Key, work, buf: torch.Tensor, src: int) -> None:
         try:
             work.wait()
-        except BaseException as e:  # noqa: BLE001 - handed to the dispatcher, which reports it
+        except BaseException as e:
             self.inbox.fail(ConnectionError(f"receive of {key} from rank {src} failed: {e}"))
             return
         self.inbox.put(key, buf)
@@ -229,7 +230,7 @@ class Transport:
             work, tensor, src = self.posted.pop(key)
             try:
                 work.wait()
-            except BaseException as e:  # noqa: BLE001 - a peer's failure, reported as such
+            except BaseException as e:
                 raise ConnectionError(f"receive of {key} from rank {src} failed: {e}") from e
             self.inbox.arrivals[key] = time.perf_counter()
         else:
@@ -306,7 +307,7 @@ class OrderedTransport(Transport):
                         self.inbox.put(key, buf, work)
                 queues = [q for q in queues if q]
                 time.sleep(1e-4)
-        except BaseException as e:  # noqa: BLE001 - handed to the dispatcher, which reports it
+        except BaseException as e:
             self.inbox.fail(ConnectionError(f"rank {self.rank}: polling receives failed: {e}"))
 
     def send(self, key: Key, tensor: torch.Tensor, dst: int, iteration: int) -> None:

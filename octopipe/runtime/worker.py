@@ -14,7 +14,8 @@ import os
 import signal
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,7 +82,8 @@ class Rank:
         self.blocks = TPBlocks(job.model, self.trank, job.tp, self.tp_group) \
             if self.tp_group is not None and job.compute.kind == "real" else None
         if job.compute.kind == "emulated":
-            self.compute = EmulatedCompute(job.compute.durations, job.compute.message_elems, job.table.n_stages, self.device)
+            self.compute = EmulatedCompute(job.compute.durations, job.compute.message_elems, job.table.n_stages,
+                                           self.device)
         else:
             self.compute = RealCompute(job.model if self.blocks is None else self.blocks, job.partition,
                                        job.table.replica_stages_of(self.prank), job.table.n_microbatches,
@@ -103,7 +105,8 @@ class Rank:
         self.groups = replica_groups(job.table)
         # the ordered transport's pairs join TP rank t of one pipeline rank to TP rank t of another
         self.orders = {(src * job.tp + t, dst * job.tp + t): keys
-                       for (src, dst), keys in (pair_orders(job.table) if job.wiring.transport == "ordered" else {}).items()
+                       for (src, dst), keys in (pair_orders(job.table)
+                                                if job.wiring.transport == "ordered" else {}).items()
                        for t in range(job.tp)}
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
@@ -115,7 +118,8 @@ class Rank:
 
     def _agreeing(self) -> frozenset[Action]:
         """The row's tasks the TP ranks agree on under ready_first: RRFP's rule
-        (`octopipe.sim.agreement.needs_agreement`: the tasks that run TP collectives), or every task under a buffer cap, whose state (live micro-batches, modelled bytes)
+        (`octopipe.sim.agreement.needs_agreement`: the tasks that run TP collectives), or every task under a buffer
+        cap, whose state (live micro-batches, modelled bytes)
         changes with every task and must stay equal on the TP ranks."""
         if self.tp_group is None or self.job.dispatch != "ready_first":
             return frozenset()
@@ -469,7 +473,7 @@ def rank_main(rank: int, payload: Any, control: Control, program: RankProgram = 
     reported to the launcher, then the process exits."""
     try:
         program(rank, payload, control)
-    except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
+    except BaseException as e:
         report_failure(control, rank, e)
         os._exit(1)
     os._exit(0)

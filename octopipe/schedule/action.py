@@ -10,7 +10,7 @@ from octopipe.errors import ScheduleError
 
 class ActionKind(str, Enum):
     F = "F"
-    I = "I"  # noqa: E741  (input gradient, torch's BACKWARD_INPUT)
+    I = "I"
     W = "W"
     B = "B"
     SEND_F = "SEND_F"
@@ -31,7 +31,7 @@ class ActionKind(str, Enum):
 
 
 COMPUTE_KINDS = frozenset({ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B})
-F, I, W, B = ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B  # noqa: E741
+F, I, W, B = ActionKind.F, ActionKind.I, ActionKind.W, ActionKind.B
 SEND_F, RECV_F, SEND_B, RECV_B = (ActionKind.SEND_F, ActionKind.RECV_F,
                                   ActionKind.SEND_B, ActionKind.RECV_B)
 
@@ -52,7 +52,7 @@ class Action(NamedTuple):
     __repr__ = __str__
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse torch's string form with a full match; reject the legacy `BW` token."""
         token = text.strip()
         if _LEGACY_BW_RE.fullmatch(token):

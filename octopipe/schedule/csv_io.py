@@ -23,8 +23,9 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from octopipe.errors import ScheduleError
 from octopipe.io import read_text
@@ -237,5 +238,12 @@ def read_csv(path: str | Path, **kwargs) -> ScheduleTable:
     return read_csv_text(read_text(path, "schedule.file"), source=str(path), **kwargs)
 
 
-__all__ = ["FORMATS", "to_csv_text", "write_csv", "read_csv", "read_csv_text", "parse_csv_rows",
-           "infer_placement"]
+__all__ = [
+    "FORMATS",
+    "infer_placement",
+    "parse_csv_rows",
+    "read_csv",
+    "read_csv_text",
+    "to_csv_text",
+    "write_csv",
+]

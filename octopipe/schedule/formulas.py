@@ -21,7 +21,6 @@ Conventions shared by every function here:
 """
 from __future__ import annotations
 
-
 Costs = tuple[float, float, float]
 UNIT_COSTS: Costs = (1.0, 1.0, 1.0)
 

@@ -1,7 +1,7 @@
 """Plain-text grid of a table, with an optional marked cell, for error messages and logs."""
 from __future__ import annotations
 
-from typing import Collection
+from collections.abc import Collection
 
 from octopipe.schedule.table import ScheduleTable
 

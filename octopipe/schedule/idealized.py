@@ -15,8 +15,8 @@ time where one action frees and another allocates, the free happens first.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -44,12 +44,12 @@ class SlotCosts:
             raise ScheduleError(f"slot cost f={self.f} must be positive")
 
     @classmethod
-    def unit(cls) -> "SlotCosts":
+    def unit(cls) -> SlotCosts:
         """Every compute action one slot, a full backward included."""
         return cls(1.0, 1.0, 1.0, 1.0)
 
     @classmethod
-    def parse(cls, ratio: str) -> "SlotCosts":
+    def parse(cls, ratio: str) -> SlotCosts:
         """`"F:I:W"` such as `"1:1:1"` or `"1:2:1"`; `"unit"` for one slot per action."""
         if ratio.strip() == "unit":
             return cls.unit()
@@ -208,4 +208,4 @@ def idealize(table: ScheduleTable, costs: SlotCosts | str = "unit") -> Idealized
                           keys, ldev, born, freed)
 
 
-__all__ = ["SlotCosts", "IdealizedTable", "idealize"]
+__all__ = ["IdealizedTable", "SlotCosts", "idealize"]

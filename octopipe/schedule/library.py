@@ -7,8 +7,8 @@ one entry here (plus its generator and formulas).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule import formulas as fm
@@ -206,5 +206,15 @@ def inflight_microbatches(name: str, n_devices: int, device: int, n_microbatches
     return SCHEDULES[name].inflight(n_devices, device, n_microbatches, v)
 
 
-__all__ = ["SCHEDULES", "FORMULA_SCHEDULES", "SCHEDULE_PRESETS", "Baseline", "ScheduleInfo", "baselines",
-           "bubble_ratio", "build_schedule", "inflight_microbatches", "schedule_info"]
+__all__ = [
+    "FORMULA_SCHEDULES",
+    "SCHEDULES",
+    "SCHEDULE_PRESETS",
+    "Baseline",
+    "ScheduleInfo",
+    "baselines",
+    "bubble_ratio",
+    "build_schedule",
+    "inflight_microbatches",
+    "schedule_info",
+]

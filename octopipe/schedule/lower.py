@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 
 from octopipe.errors import DeadlockError, ScheduleError
-from octopipe.schedule.action import (RECV_B, RECV_F, SEND_B, SEND_F, Action, ActionKind, B,
-                                      F, I)
+from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, ActionKind, B, F, I
 from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
 from octopipe.schedule.validate import first_stuck, validate
@@ -45,9 +44,8 @@ def transfer_of(table: ScheduleTable, a: Action) -> Transfer | None:
     if a.kind is F and s + 1 < table.n_stages:
         if table.device_of(s, m) != table.device_of(s + 1, m):
             return Action(s, SEND_F, m), Action(s + 1, RECV_F, m)
-    elif a.kind in (I, B) and s > 0:
-        if table.device_of(s, m) != table.device_of(s - 1, m):
-            return Action(s, SEND_B, m), Action(s - 1, RECV_B, m)
+    elif a.kind in (I, B) and s > 0 and table.device_of(s, m) != table.device_of(s - 1, m):
+        return Action(s, SEND_B, m), Action(s - 1, RECV_B, m)
     return None
 
 
@@ -198,7 +196,7 @@ def _check_runs(table: ScheduleTable, where: dict[Action, tuple[int, int]],
     """Under buffered sends only a RECV waits (for its SEND); detect a cycle of such waits."""
     succ: dict[Action, list[Action]] = defaultdict(list)
     cells = {**pos, **where}
-    indeg = {a: 0 for a in cells}
+    indeg = dict.fromkeys(cells, 0)
     for x in where:
         if x.kind in (RECV_F, RECV_B):
             succ[matching(x)].append(x)
@@ -217,5 +215,12 @@ def is_lowered_valid(table: ScheduleTable) -> bool:
     return True
 
 
-__all__ = ["lower", "validate_lowered", "is_lowered_valid", "transfer_of", "peer_of", "matching",
-           "ActionKind"]
+__all__ = [
+    "ActionKind",
+    "is_lowered_valid",
+    "lower",
+    "matching",
+    "peer_of",
+    "transfer_of",
+    "validate_lowered",
+]

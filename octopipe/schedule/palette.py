@@ -54,5 +54,21 @@ def kind_colour(kind: str) -> str:
     return kind_style(kind).face
 
 
-__all__ = ["KindColour", "KINDS", "COMPUTE_ORDER", "IDLE_FACE", "IDLE_HATCH", "EDGE",
-           "kind_style", "kind_colour", "F", "I", "W", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B"]
+__all__ = [
+    "COMPUTE_ORDER",
+    "EDGE",
+    "IDLE_FACE",
+    "IDLE_HATCH",
+    "KINDS",
+    "RECV_B",
+    "RECV_F",
+    "SEND_B",
+    "SEND_F",
+    "B",
+    "F",
+    "I",
+    "KindColour",
+    "W",
+    "kind_colour",
+    "kind_style",
+]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.table import Table
@@ -236,6 +237,20 @@ def idealized_trace(it: IdealizedTable) -> dict:
 
 
 
-__all__ = ["Bar", "kind_colour", "grid_renderable", "print_grid", "grid_text", "legend", "gantt_png",
-           "bars_trace", "write_trace", "idealized_bars", "idealized_timeline",
-           "idealized_timeline_png", "idealized_trace", "IDEALIZED_SLOT_US", "ActionKind"]
+__all__ = [
+    "IDEALIZED_SLOT_US",
+    "ActionKind",
+    "Bar",
+    "bars_trace",
+    "gantt_png",
+    "grid_renderable",
+    "grid_text",
+    "idealized_bars",
+    "idealized_timeline",
+    "idealized_timeline_png",
+    "idealized_trace",
+    "kind_colour",
+    "legend",
+    "print_grid",
+    "write_trace",
+]

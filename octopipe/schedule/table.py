@@ -1,8 +1,8 @@
 """ScheduleTable: a row of actions per device, with an explicit stage → device placement."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, ActionKind
@@ -55,14 +55,14 @@ class ScheduleTable:
 
     @classmethod
     def from_rows(cls, rows: Mapping[int, Sequence[Action | None]] | Sequence[Sequence[Action | None]],
-                  placement: Sequence[int], n_microbatches: int, name: str = "custom") -> "ScheduleTable":
+                  placement: Sequence[int], n_microbatches: int, name: str = "custom") -> ScheduleTable:
         if isinstance(rows, Mapping):
             rows = [rows[d] for d in range(len(rows))]
         return cls(tuple(tuple(r) for r in rows), tuple(placement), n_microbatches, name)
 
     @classmethod
     def from_strings(cls, rows: Sequence[Sequence[str]], placement: Sequence[int],
-                     n_microbatches: int, name: str = "custom") -> "ScheduleTable":
+                     n_microbatches: int, name: str = "custom") -> ScheduleTable:
         """Build from strings such as `[["0F0", "", "0B0"], ...]`; empty strings are idle."""
         parsed = [[Action.parse(c) if c and c.strip() else None for c in r] for r in rows]
         return cls.from_rows(parsed, placement, n_microbatches, name)
@@ -84,7 +84,7 @@ class ScheduleTable:
         return tuple((r, s) for r, pl in enumerate(self.all_placements())
                      for s, d in enumerate(pl) if d == device)
 
-    def compact(self) -> "ScheduleTable":
+    def compact(self) -> ScheduleTable:
         """The same table with idle cells dropped (torch's compute_comms form has none)."""
         rows = tuple(tuple(a for a in r if a is not None) for r in self.rows)
         return ScheduleTable(rows, self.placement, self.n_microbatches, self.name, self.replicas, self.mb_replica)
@@ -106,13 +106,14 @@ class ScheduleTable:
     def splits_backward(self) -> bool:
         return any(a.kind is ActionKind.I for _, a in self)
 
-    def compute_only(self) -> "ScheduleTable":
+    def compute_only(self) -> ScheduleTable:
         """Drop SEND/RECV cells, keeping the compute order (the inverse of lowering)."""
         rows = tuple(tuple(a for a in r if a is None or a.kind.is_compute) for r in self.rows)
         return ScheduleTable(rows, self.placement, self.n_microbatches, self.name, self.replicas, self.mb_replica)
 
-    def with_rows(self, rows: Sequence[Sequence[Action | None]]) -> "ScheduleTable":
-        return ScheduleTable(tuple(tuple(r) for r in rows), self.placement, self.n_microbatches, self.name, self.replicas, self.mb_replica)
+    def with_rows(self, rows: Sequence[Sequence[Action | None]]) -> ScheduleTable:
+        return ScheduleTable(tuple(tuple(r) for r in rows), self.placement, self.n_microbatches, self.name,
+                             self.replicas, self.mb_replica)
 
     def as_strings(self) -> list[list[str]]:
         return [["" if a is None else str(a) for a in r] for r in self.rows]

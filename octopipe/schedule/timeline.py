@@ -87,8 +87,8 @@ def timeline(n_devices: int, compute: dict, transfers: dict | None = None,
     optionally stage, microbatch; `transfers` has src, dst, kind, start, end."""
     n = len(compute["device"])
     tr = transfers or {"src": [], "dst": [], "kind": [], "start": [], "end": []}
-    i64 = lambda x: np.asarray(x, dtype=np.int64).reshape(-1)  # noqa: E731
-    f64 = lambda x: np.asarray(x, dtype=np.float64).reshape(-1)  # noqa: E731
+    i64 = lambda x: np.asarray(x, dtype=np.int64).reshape(-1)
+    f64 = lambda x: np.asarray(x, dtype=np.float64).reshape(-1)
     return Timeline(int(n_devices), i64(compute["device"]), tuple(str(k) for k in compute["kind"]),
                     f64(compute["start"]), f64(compute["end"]),
                     i64(compute.get("stage", [-1] * n)), i64(compute.get("microbatch", [-1] * n)),
@@ -219,4 +219,4 @@ def _labels(ax, tl: Timeline, lay: _Layout, x0: np.ndarray, x1: np.ndarray, px_p
         drawn += 1
 
 
-__all__ = ["Timeline", "timeline", "save_timeline_png"]
+__all__ = ["Timeline", "save_timeline_png", "timeline"]

@@ -94,7 +94,7 @@ def _check_acyclic(table: ScheduleTable, where: dict[Action, tuple[int, int]],
                    split: set[tuple[int, int]]) -> None:
     """Kahn's algorithm over data edges plus each device's order; a leftover node is a wait cycle."""
     succ: dict[Action, list[Action]] = defaultdict(list)
-    indeg: dict[Action, int] = {a: 0 for a in where}
+    indeg: dict[Action, int] = dict.fromkeys(where, 0)
     for a in where:
         for p in data_predecessors(a, table.n_stages, split):
             if p not in where:
@@ -174,4 +174,4 @@ def is_valid(table: ScheduleTable) -> bool:
     return True
 
 
-__all__ = ["validate", "is_valid", "data_predecessors", "first_stuck", "ActionKind"]
+__all__ = ["ActionKind", "data_predecessors", "first_stuck", "is_valid", "validate"]

@@ -11,5 +11,21 @@ from octopipe.sim.result import CAUSES, SimResult
 from octopipe.sim.simulator import HINTS, POLICIES, ReadyFirst, Simulator, find_deadlock, simulate
 from octopipe.sim.variability import Jitter, MonteCarlo
 
-__all__ = ["CAUSES", "Deadlock", "Durations", "HINTS", "Jitter", "MonteCarlo", "POLICIES", "Program",
-           "ReadyFirst", "SimResult", "Simulator", "Wait", "bind", "compile_table", "find_deadlock", "simulate"]
+__all__ = [
+           "CAUSES",
+           "HINTS",
+           "POLICIES",
+           "Deadlock",
+           "Durations",
+           "Jitter",
+           "MonteCarlo",
+           "Program",
+           "ReadyFirst",
+           "SimResult",
+           "Simulator",
+           "Wait",
+           "bind",
+           "compile_table",
+           "find_deadlock",
+           "simulate",
+]

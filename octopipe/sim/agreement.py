@@ -19,8 +19,8 @@ One round is a ring all-gather of one int64 per rank over the TP group's link:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 

@@ -16,8 +16,8 @@ Tensor parallelism: the TP collectives are inside the CostTable's F and I (`cost
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class Durations:
     grad_sync: GradSync | None = None   # data-parallel gradient sync per stage (None: dp = 1)
     agreement: TpAgreement | None = None  # RRFP's TP agreement per task (None: tp = 1, or not charged)
 
-    def scaled(self, compute: np.ndarray | None = None, transfer: np.ndarray | None = None) -> "Durations":
+    def scaled(self, compute: np.ndarray | None = None, transfer: np.ndarray | None = None) -> Durations:
         """The same durations with some arrays replaced (jitter, what-if studies)."""
         return replace(self, compute=self.compute if compute is None else compute,
                        transfer=self.transfer if transfer is None else transfer)

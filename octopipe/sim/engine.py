@@ -15,10 +15,11 @@ ranking and dispatches ready compute nodes. The rules of each communication sema
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class Raw:
     order: tuple[np.ndarray, ...]       # executed compute ids per device, in start order
     peak_act: np.ndarray                # per device, activation bytes
     mem_blocked: np.ndarray             # per device, seconds idle with an F held back by a limit
-    stuck: "StuckState | None" = None
+    stuck: StuckState | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +60,7 @@ class StuckState:
 
 
 _STRICT_SRC = Path(__file__).with_name("strict.c")
-_STRICT_LIB: "ctypes.CDLL | None | bool" = None
+_STRICT_LIB: ctypes.CDLL | bool | None = None
 
 
 def _declare_strict(lib: ctypes.CDLL) -> None:
@@ -68,7 +69,7 @@ def _declare_strict(lib: ctypes.CDLL) -> None:
     lib.octo_run_strict.restype = ctypes.c_int
 
 
-def strict_kernel() -> "ctypes.CDLL | None":
+def strict_kernel() -> ctypes.CDLL | None:
     """The compiled strict engine, or None (no compiler, or OCTOPIPE_NO_CC)."""
     global _STRICT_LIB
     if _STRICT_LIB is None:
@@ -81,11 +82,11 @@ def _flat_rows(prog: Program) -> tuple[np.ndarray, ...]:
     a pointer per device), cached on the program."""
     got = prog._cache.get("strict_c")
     if got is None:
-        i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)   # noqa: E731
+        i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)
         lens = [len(r) for r in prog.row_type]
         row_ptr = np.zeros(prog.n_devices + 1, dtype=np.int64)
         np.cumsum(lens, out=row_ptr[1:])
-        cat = lambda rows: i64(np.concatenate(rows) if len(rows) else np.zeros(0))  # noqa: E731
+        cat = lambda rows: i64(np.concatenate(rows) if len(rows) else np.zeros(0))
         got = (i64(prog.c_dev), i64(prog.c_in_transfer), i64(prog.c_out_transfer), i64(prog.lp_ptr),
                i64(prog.lp_idx), i64(prog.t_src), i64(prog.t_dst), i64(prog.t_link), row_ptr,
                cat(prog.row_type), cat(prog.row_id), cat(prog.row_group_end))
@@ -100,7 +101,7 @@ def run_strict(prog: Program, dur: Durations, semantics: str = EAGER) -> Raw:
     if lib is None:
         return run_strict_py(prog, dur, semantics)
     n_c, n_t, n_d = prog.n_compute, prog.n_transfers, prog.n_devices
-    f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)   # noqa: E731
+    f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)
     ins = [*_flat_rows(prog), f64(dur.compute), f64(dur.transfer), f64(dur.alloc), f64(dur.free)]
     start, end = np.empty(n_c), np.empty(n_c)
     t_start, t_end = np.empty(n_t), np.empty(n_t)

@@ -68,7 +68,7 @@ def critical_path(program: Program, durations: Durations) -> tuple[float, list[s
         preds = list(g.predecessors(v))
         start, arg = 0.0, None
         for u in preds:
-            if finish[u] > start or arg is None and finish[u] >= start:
+            if finish[u] > start or (arg is None and finish[u] >= start):
                 start, arg = finish[u], u
         finish[v] = start + g.nodes[v]["duration_s"]
         best_pred[v] = arg
@@ -87,4 +87,4 @@ def write_graphml(program: Program, path, durations: Durations | None = None) ->
     nx.write_graphml(to_networkx(program, durations), str(path))
 
 
-__all__ = ["to_networkx", "find_cycle", "critical_path", "write_graphml"]
+__all__ = ["critical_path", "find_cycle", "to_networkx", "write_graphml"]

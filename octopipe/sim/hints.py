@@ -13,7 +13,7 @@ whether a cap is safe (see runtime/README.md for the argument) and why not.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -23,7 +23,6 @@ from octopipe.sim.durations import Durations
 from octopipe.sim.program import FWD, Program
 
 
-
 class BubbleCause(str, Enum):
     """Why a device idles: the project's one vocabulary of bubble causes (see the module
     docstring); the columns of `SimResult.bubble_causes`, in this order."""

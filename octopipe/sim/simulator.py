@@ -11,10 +11,11 @@ task with TP collectives where the durations carry one (`octopipe.sim.agreement`
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class Simulator:
             self.durations = bind(self.program, partition, cost, cluster, tokens_per_microbatch)
 
     def uniform(self, f: float = 1.0, b: float = 2.0, w: float | None = None,
-                transfer: float = 0.0, act_bytes: float = 1.0) -> "Simulator":
+                transfer: float = 0.0, act_bytes: float = 1.0) -> Simulator:
         """Use equal-stage durations (F, B or I+W, a fixed transfer time)."""
         self.durations = uniform(self.program, f, b, w, transfer, act_bytes)
         return self

@@ -80,4 +80,4 @@ def sim_timeline_png(res: SimResult, path: Path | str, title: str | None = None)
                       f"{res.makespan * scale:.4g} {unit}, bubble {res.bubble_ratio:.1%}")
     return save_timeline_png(path, sim_timeline(res), title)
 
-__all__ = ["sim_trace", "write_sim_trace", "sim_timeline", "sim_timeline_png"]
+__all__ = ["sim_timeline", "sim_timeline_png", "sim_trace", "write_sim_trace"]

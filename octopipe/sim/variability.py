@@ -71,7 +71,7 @@ class MonteCarlo:
         return float(np.percentile(self.makespans, q))
 
     def summary(self) -> dict:
-        return {"runs": int(len(self.makespans)), "makespan_mean_s": self.mean,
+        return {"runs": len(self.makespans), "makespan_mean_s": self.mean,
                 "makespan_std_s": self.std, "makespan_p50_s": self.percentile(50),
                 "makespan_p90_s": self.percentile(90), "makespan_p99_s": self.percentile(99),
                 "makespan_min_s": float(self.makespans.min()),

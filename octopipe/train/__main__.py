@@ -22,12 +22,12 @@ from hydra import compose, initialize_config_dir
 from octopipe.config import load, register
 from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.io import CONF_DIR, write_json, write_text
-from octopipe.runtime.control import TorchrunControl
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.plan_io import plan_to_doc
+from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.launch import resolve
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.train.loop import TrainRankJob, follow, gather, train_rank
-from octopipe.train.setup import setup, start_step, train_job, fingerprints
+from octopipe.train.setup import fingerprints, setup, start_step, train_job
 from octopipe.train.summary import figures, loss_csv, loss_png
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 import torch
-from pydoc_data.topics import topics
 
 from octopipe.errors import ConfigError
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -112,7 +112,8 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     dist.all_reduce(mb)
     saved = ""
     if job.train.checkpoint_every:
-        saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt), job.train.meta,
+        saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt),
+                                    job.train.meta,
                                     {"plan.json": job.train.plan_json} if job.train.plan_json else None))
     losses = {k: float(v) for k, v in enumerate(mb.tolist())}
     params = {n: p.detach().cpu().clone() for c, mod in sorted(compute.copies.items())

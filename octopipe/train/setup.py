@@ -9,9 +9,9 @@ partition. `fingerprints` names the model and the plan a checkpoint belongs to.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from octopipe.asynchronous.runtime import WeightStash
 from octopipe.asynchronous.tables import Rule
@@ -22,22 +22,22 @@ from octopipe.config.schema import Config
 from octopipe.cost.profiled import profile_blocks, profiled_costs
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.hf import vocab_of
 from octopipe.model.params import model_params
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
+from octopipe.plan_io import load_plan, plan_to_doc
+from octopipe.runtime.job import Job
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
-from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
-from octopipe.runtime.job import Job
-from octopipe.train.loop import TrainSpec
 from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
-from octopipe.train.stream import StreamBatches, Stream, check_async, rule_of, stream_of
+from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tokenizer import tokenize
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.sharding import model_sharder
@@ -176,7 +176,8 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
 
 def model_fingerprint(name: str, blocks, seed: int) -> dict:
     """The model's part of a checkpoint's identity: its blocks, training shape and seed."""
-    model = {"name": name, "blocks": list(blocks.names) if isinstance(blocks, UserBlocks) else repr(blocks.model.layers),
+    model = {"name": name, "blocks": list(blocks.names) if isinstance(blocks,
+                                                                      UserBlocks) else repr(blocks.model.layers),
              "shape": list(_shape(blocks)), "seed": seed}
     return {"model": fingerprint(model), "model_name": name}
 

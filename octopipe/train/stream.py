@@ -13,8 +13,8 @@ checkpoint's `streams` lists the streams so far, which the single-process replay
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -73,7 +73,8 @@ def check_async(cfg: Config, start: int | None = 0) -> None:
         raise ConfigError(f"train.pp={t.pp}: schedule={name} pipelines stages across ranks; set train.pp >= 2")
     if t.microbatches < t.pp:
         raise ConfigError(f"train.microbatches={t.microbatches}: schedule={name} needs at least train.pp={t.pp} "
-                          f"micro-batches per step (its stream reaches a steady state); set train.microbatches >= {t.pp}")
+                          f"micro-batches per step (its stream reaches a steady state); set train.microbatches >= "
+                          f"{t.pp}")
     if rule is Rule.TWO_BW and t.microbatches % t.pp:
         raise ConfigError(f"train.microbatches={t.microbatches}: pipedream_2bw's window W = train.pp = {t.pp} must "
                           f"divide it (one update per window); set train.microbatches to a multiple of {t.pp}")

@@ -24,5 +24,14 @@ from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.result import TuneResult
 from octopipe.tune.tuner import TuneOptions, TunerConfig, tune
 
-__all__ = ["tune", "TuneOptions", "TuneResult", "TunerConfig", "Candidate", "Problem", "Attribution",
-           "attribute", "attribute_sim"]
+__all__ = [
+           "Attribution",
+           "Candidate",
+           "Problem",
+           "TuneOptions",
+           "TuneResult",
+           "TunerConfig",
+           "attribute",
+           "attribute_sim",
+           "tune",
+]

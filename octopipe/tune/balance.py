@@ -18,7 +18,7 @@ def lpt_placement(stage_work: np.ndarray, n_devices: int) -> tuple[int, ...]:
     """
     w = np.asarray(stage_work, dtype=np.float64)
     S = len(w)
-    if S < n_devices:
+    if n_devices > S:
         raise ConfigError(f"{S} stages cannot occupy {n_devices} devices; use at least one stage per device")
     place = [-1] * S
     load = np.zeros(n_devices)

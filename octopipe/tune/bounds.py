@@ -96,9 +96,9 @@ def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 12
     for t, (_, cnt) in enumerate(tv):
         prob += pulp.lpSum(n[t, k] for k in range(D)) == cnt
     for k in range(D):
-        prob += T >= float(start[k]) + M * pulp.lpSum(tw * n[t, k] for t, ((tw, _), _) in enumerate(tv))
-        prob += T >= (float(start[k]) + float(chain[k])
-                      + M * pulp.lpSum(tfi * n[t, k] for t, ((_, tfi), _) in enumerate(tv)))
+        prob += float(start[k]) + M * pulp.lpSum(tw * n[t, k] for t, ((tw, _), _) in enumerate(tv)) <= T
+        prob += (float(start[k]) + float(chain[k])
+                      + M * pulp.lpSum(tfi * n[t, k] for t, ((_, tfi), _) in enumerate(tv))) <= T
     prob.solve(cbc(msg=False, timeLimit=time_cap_s, maxNodes=max_nodes))   # serial CBC: see make_solver
     if prob.sol_status != pulp.LpSolutionOptimal or T.value() is None:
         return base

@@ -75,7 +75,7 @@ class Candidate:
         return ListPolicy(self.split_backward, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
                           self.b_tiebreak, self.w_pressure)
 
-    def with_(self, **kw) -> "Candidate":
+    def with_(self, **kw) -> Candidate:
         return replace(self, **kw)
 
     def describe(self) -> str:
@@ -103,7 +103,7 @@ class Problem:
     @classmethod
     def build(cls, costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int,
               semantics: str = "eager", act_budget: np.ndarray | None = None,
-              contention: bool = False) -> "Problem":
+              contention: bool = False) -> Problem:
         if n_devices < 1:
             raise ConfigError(f"pp={n_devices}: a pipeline needs at least one device")
         if n_microbatches < 1:

@@ -67,7 +67,7 @@ class Terms:
     n_devices: int
 
     @classmethod
-    def of(cls, problem: Problem) -> "Terms":
+    def of(cls, problem: Problem) -> Terms:
         c, col = problem.costs, problem.kind_col
         f = c.f[:, col].min(axis=1)
         i = c.i[:, col].min(axis=1)
@@ -270,8 +270,8 @@ def exact(t: Terms, floor: float, max_nodes: int, time_cap_s: float) -> float | 
             sf = prob.add_variable(f"sf_{l}_{k}", lowBound=0)
             prob += sw == float(t.work[l]) * a[l, k] + sw_next
             prob += sf == float(t.fi[l]) * a[l, k] + sf_next
-            prob += T >= float(t.r[l]) * a[l, k] + M * sw
-            prob += T >= float(t.q[l]) * a[l, k] + M * sf
+            prob += float(t.r[l]) * a[l, k] + M * sw <= T
+            prob += float(t.q[l]) * a[l, k] + M * sf <= T
             sw_next, sf_next = sw, sf
     prob.solve(cbc(msg=False, timeLimit=time_cap_s, maxNodes=max_nodes))   # serial CBC: see make_solver
     if prob.sol_status != pulp.LpSolutionOptimal or T.value() is None:

@@ -1,7 +1,7 @@
 """Freeze a candidate's executed order into a ScheduleTable and a Plan."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -8,8 +8,8 @@ reference, and a candidate whose stage count the frozen parts cannot hold is dro
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Iterable
 
 from octopipe.config.tuner import LEVERS
 from octopipe.plan import Partition
@@ -33,7 +33,7 @@ class Levers:
     ref: Candidate
 
     @classmethod
-    def of(cls, names: Iterable[str], ref: Candidate) -> "Levers":
+    def of(cls, names: Iterable[str], ref: Candidate) -> Levers:
         return cls(frozenset(names), ref)
 
     @property

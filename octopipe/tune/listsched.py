@@ -18,7 +18,7 @@ import numpy as np
 from octopipe import native
 
 _SRC = Path(__file__).with_name("listsched.c")
-_LIB: "ctypes.CDLL | None | bool" = None
+_LIB: ctypes.CDLL | bool | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     f.restype = ctypes.c_int
 
 
-def _lib() -> "ctypes.CDLL | None":
+def _lib() -> ctypes.CDLL | None:
     global _LIB
     if _LIB is None:
         _LIB = native.load(_SRC, _declare) or False

@@ -49,7 +49,7 @@ def _zb_auto_table(problem: Problem, part: Partition) -> ScheduleTable | None:
     D, M = problem.n_devices, problem.n_microbatches
     arr = problem.arrays(Candidate(part, tuple(range(D))))
     dur = np.asarray(arr.dur)
-    tup = lambda x: tuple(float(v) for v in x)  # noqa: E731
+    tup = lambda x: tuple(float(v) for v in x)
     inst = ZbInstance(tup(dur[:, 0]), tup(dur[:, 1]), tup(dur[:, 2]), tup(arr.act),
                       tup(np.asarray(arr.act) - np.asarray(arr.free_i)),
                       tup(np.where(np.asarray(arr.cap) < 0, np.inf, arr.cap)),

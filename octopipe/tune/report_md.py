@@ -76,4 +76,4 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
                      f"{h['move']} | {h['candidate']} |")
     return "\n".join(lines) + "\n"
 
-__all__ = ["plan_report", "sim_bars", "plan_timeline_png"]
+__all__ = ["plan_report", "plan_timeline_png", "sim_bars"]

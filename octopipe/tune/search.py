@@ -15,8 +15,8 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class SearchConfig:
     max_chunks: int = TunerConfig.max_chunks
 
     @classmethod
-    def of(cls, tuner: TunerConfig) -> "SearchConfig":
+    def of(cls, tuner: TunerConfig) -> SearchConfig:
         return cls(**{f.name: getattr(tuner, f.name) for f in fields(cls)})
 
 
@@ -317,5 +317,8 @@ def raise_infeasible(problem: Problem) -> None:
         f"no candidate fits memory: the model's parameters, gradients and optimizer state need "
         f"{need / 2**30:.1f} GiB and one micro-batch's activations {act / 2**30:.1f} GiB, "
         f"{(need + act) / 2**30:.1f} GiB at least, against {have / 2**30:.1f} GiB on "
-        f"{problem.n_devices} devices{'' if need + act > have else ' (and no layout holds the micro-batches its schedule keeps in flight)'}; use more devices (pp), recomputation (cost.recompute), a "
+        f"{problem.n_devices} "
+        f"devices{'' if need + act > have else ' (and no layout holds the micro-batches its schedule keeps in '}"
+        f"{'' if need + act > have else 'flight)'}; "
+        "use more devices (pp), recomputation (cost.recompute), a "
         f"shorter model.seq_len or fewer micro-batches in flight")

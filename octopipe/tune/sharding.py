@@ -12,8 +12,8 @@ per-piece times are not measured: an assumption the plan reports).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from octopipe.cluster import Cluster
 from octopipe.config.convert import convert
@@ -79,7 +80,7 @@ class Budgets:
     smt_max_actions: int    # larger tables rely on the simulator's deadlock detection
 
     @classmethod
-    def of(cls, cfg: TunerConfig) -> "Budgets":
+    def of(cls, cfg: TunerConfig) -> Budgets:
         return cls(cfg.time_budget_s, cfg.max_evaluations, cfg.ilp_max_nodes, cfg.polish_sims,
                    cfg.finalists, cfg.smt_max_actions)
 
@@ -231,7 +232,7 @@ def in_background(fn: Callable[..., Any], *args: Any) -> Future:
     def work() -> None:
         try:
             fut.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - handed to whoever waits for the result
+        except BaseException as e:
             fut.set_exception(e)
     threading.Thread(target=work, daemon=True, name="octopipe-ilp").start()
     return fut
@@ -250,7 +251,7 @@ def ilp_starts(st: TuneState, solver_cfg: SolverConfig) -> tuple[list[Candidate]
         return [], {"status": "unavailable", "reason": str(e).splitlines()[0]}
 
 
-def search_or_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | None", seed: int,
+def search_or_ilp(st: TuneState, ilp: Future[tuple[list[Candidate], dict]] | None, seed: int,
                   progress: bool) -> SearchOutcome:
     """Search from the starting points; when none of them fits (InfeasibleError), search again
     from the ILPs' candidates first, whose partitions respect each device's memory."""
@@ -264,7 +265,7 @@ def search_or_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | No
     return run_search(st, seed, progress)
 
 
-def join_ilp(st: TuneState, ilp: "Future[tuple[list[Candidate], dict]] | None") -> None:
+def join_ilp(st: TuneState, ilp: Future[tuple[list[Candidate], dict]] | None) -> None:
     """Search (end): wait for the ILPs and rank their candidates (projected on the levers) into
     the search's pool, so that a finalist is never worse than an ILP start's estimate. The
     wait is for work of a fixed size (node limits), so the pool is the same at any load."""

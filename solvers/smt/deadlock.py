@@ -10,7 +10,8 @@ table.)
 
 Up to `FULL_SMT_MAX_EVENTS` events, z3 decides the whole formula, and its verdict must agree
 with the exact reduction below (a disagreement raises: two independent deciders). Above that
-size only the reduction runs the whole graph. The reduction: a cycle of waits lies inside one strongly connected component
+size only the reduction runs the whole graph. The reduction: a cycle of waits lies inside one strongly connected
+component
 of the wait graph, and the waits between components can always be met (order the components
 topologically). So the constraints are satisfiable iff no component holds an edge of its own,
 and unsatisfiable as soon as one component's own edges are. With no such component the table

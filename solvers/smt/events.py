@@ -5,7 +5,8 @@ semantics) a maximal run of consecutive SEND/RECV cells, which NCCL posts as one
 u has three events, `reach(u)` (the device arrives at it), `start(u)` (a compute begins; for
 comm units it just follows reach) and `pass(u)` (it ends and the device moves on); each transfer
 t has `arrive(t)`. A compute-only table gets its cells implicitly, as in the simulator
-(`octopipe.sim.deadlock` states the same semantics): a RECV right before each compute that consumes data from another device, a SEND right after each
+(`octopipe.sim.deadlock` states the same semantics): a RECV right before each compute that consumes data from another
+device, a SEND right after each
 compute that feeds one.
 
 An edge (x, y) says y happens strictly after x:

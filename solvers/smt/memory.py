@@ -20,8 +20,8 @@ check is exact arithmetic, and where timing matters (which device holds a messag
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import networkx as nx
 import numpy as np
@@ -206,7 +206,7 @@ def check_memory_feasible(table: ScheduleTable, costs: CostTable,
     if result == z3.sat:
         model = s.model()
         peak = np.array(mm.static, dtype=float)
-        for (d, k), (expr, _, _) in exprs.items():
+        for (d, _), (expr, _, _) in exprs.items():
             val = model.eval(expr, model_completion=True)
             peak[d] = max(peak[d], float(val.as_long()))
         return SmtVerdict(True, "memory-feasible", semantics, dt, g.n_events, n_cons,

@@ -2,8 +2,13 @@
 objective, and the equal-tick comparison on a small case."""
 import numpy as np
 
-from octopipe.asynchronous.regime import (NoisyGradients, compare_at_budget, largest_m,
-                                          paper_budget_ticks, paper_logistic)
+from octopipe.asynchronous.regime import (
+    NoisyGradients,
+    compare_at_budget,
+    largest_m,
+    paper_budget_ticks,
+    paper_logistic,
+)
 from octopipe.asynchronous.tables import async_schedule, localsgd_rows
 
 
@@ -13,10 +18,10 @@ def test_paper_budget_is_six_pd_timelines_of_s8_m300():
 
 
 def test_largest_m_is_the_longest_stream_in_the_budget():
-    span = lambda m: async_schedule("pd", 4, m).n_ticks  # noqa: E731
+    span = lambda m: async_schedule("pd", 4, m).n_ticks
     m = largest_m(span, 100, 4)
     assert span(m) <= 100 < span(m + 1)
-    loc = lambda m: max(len(r) for r in localsgd_rows(4, m, 4, 5))  # noqa: E731
+    loc = lambda m: max(len(r) for r in localsgd_rows(4, m, 4, 5))
     k = largest_m(loc, 100, 4)
     assert loc(k) <= 100 < loc(k + 1) and k < m       # LocalSGD's barriers: fewer in the same time
 

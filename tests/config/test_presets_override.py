@@ -6,7 +6,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import Config, defaults_of, load, preset, register
 from octopipe.config.cost import COST_SOURCES
 from octopipe.config.experiment import EXPERIMENTS
@@ -14,6 +13,7 @@ from octopipe.config.schema import TOP_KEYS
 from octopipe.config.sim import SimConfig
 from octopipe.config.store import GROUP_SCHEMAS
 from octopipe.io import CONF_DIR, preset_names
+from octopipe.schedule.library import SCHEDULE_PRESETS
 
 PRESETS = [(g, n) for g in (*GROUP_SCHEMAS, "cost", "experiment") for n in preset_names(g)]
 
@@ -27,7 +27,7 @@ def schema_of(group: str, name: str, raw: dict) -> dict:
 
 
 def _same(a, b) -> bool:
-    return a == b and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+    return (a == b and type(a) is type(b)) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
                                              and not isinstance(a, bool) and a == b)
 
 

@@ -12,23 +12,24 @@ import subprocess
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe import run as cli
-from tests.reliability.cli import run_in_process
 from octopipe.config import Config, load, register
 from octopipe.config.cost import COST_SOURCES
 from octopipe.config.experiment import EXPERIMENTS
 from octopipe.config.fields import Bounds, bounds_of
 from octopipe.errors import OctoPipeError
 from octopipe.io import CONF_DIR
+from octopipe.schedule.library import SCHEDULE_PRESETS
+from tests.reliability.cli import run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 # the presets that bring each section's dataclass into the composed config
@@ -142,14 +143,14 @@ CASES = [(key, f"{key}={_value(bad, as_list)}", presets, what)
          if bounds != Bounds()]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def composed(presets: tuple[str, ...]) -> DictConfig:
     register(SCHEDULE_PRESETS)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose("config", overrides=["mode=inspect", "model=tiny_hybrid", *presets])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pickled(presets: tuple[str, ...]) -> bytes:
     return pickle.dumps(composed(presets))
 

@@ -3,6 +3,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from octopipe.cluster import Cluster, DeviceKind, Link
@@ -151,7 +153,7 @@ def split(layer, seq=1024):
 
 
 def test_backward_split_into_input_and_weight_gradients():
-    mlp, p = split(LayerSpec(K.MLP, 256, ffn=1024))
+    _mlp, p = split(LayerSpec(K.MLP, 256, ffn=1024))
     assert p["f"][0] == p["i"][0] == p["w"][0] == 6 * 256 * 1024 * 1024
     attn, p = split(LayerSpec(K.ATTENTION, 256, heads=4, kv_heads=2, head_dim=64))
     assert attn.core_flops == 4 * 256 * 512 * 1024
@@ -287,8 +289,6 @@ def test_from_config_reads_the_shipped_yaml():
     cm = AnalyticCostModel.from_config(cfg)
     assert (cm.efficiency, cm.tp, cm.recompute, cm.bytes_per_param) == (0.5, 1, "none", 18)
 
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None)

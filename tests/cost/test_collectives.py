@@ -7,10 +7,18 @@ from omegaconf import OmegaConf
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.analytic import AnalyticCostModel
-from octopipe.cost.collectives import (Op, all_gather_seconds, all_reduce_seconds, all_to_all_seconds,
-                                       dp_sync_seconds, group_link, reduce_scatter_seconds,
-                                       static_bytes_per_param, tp_collective_seconds,
-                                       tp_layer_collectives)
+from octopipe.cost.collectives import (
+    Op,
+    all_gather_seconds,
+    all_reduce_seconds,
+    all_to_all_seconds,
+    dp_sync_seconds,
+    group_link,
+    reduce_scatter_seconds,
+    static_bytes_per_param,
+    tp_collective_seconds,
+    tp_layer_collectives,
+)
 from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
 from octopipe.model.layer import LayerKind as K

@@ -8,8 +8,25 @@ import pytest
 
 from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.config.cost import FileCost
-from octopipe.cost.from_file import ProfileOptions, load_cost_file, model_for_file_cost, model_from_profile, profile_cost_table, profile_times, type_average, type_means
-from octopipe.cost.profile_format import Profile, load_preset, parse_csv, parse_json, profile_presets, read_profile, write_profile
+from octopipe.cost.from_file import (
+    ProfileOptions,
+    load_cost_file,
+    model_for_file_cost,
+    model_from_profile,
+    profile_cost_table,
+    profile_times,
+    type_average,
+    type_means,
+)
+from octopipe.cost.profile_format import (
+    Profile,
+    load_preset,
+    parse_csv,
+    parse_json,
+    profile_presets,
+    read_profile,
+    write_profile,
+)
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind
 
@@ -253,7 +270,7 @@ def test_w_act_bytes_column_reaches_the_simulators_memory_model(tmp_path):
     cl = Cluster("c", (DeviceKind("dev", 1e15, 1e18, 3e12),), (0,), (0,), free, free)
     rows = [["0F0", "0F1", "0I0", "0I1", "0W0", "0W1"]]
     sim = simulate(Plan(Partition((2,)), ScheduleTable.from_strings(rows, (0,), 2)), table, cl)
-    times, held = sim.memory_trace(0)
+    _times, held = sim.memory_trace(0)
     assert held.max() == pytest.approx(400)              # two micro-batches of two layers
     assert sorted(set(np.round(held, 6)))[:3] == pytest.approx([0, 80, 160])   # only W inputs left
 

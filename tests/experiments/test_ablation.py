@@ -4,7 +4,6 @@ from octopipe.config.experiment import AblationExperiment
 from octopipe.config.tuner import LEVERS, TunerConfig
 from octopipe.experiments.ablation import FULL, Row, Workload, run_workload, sentence, subsets, table_csv
 from octopipe.tune.sharding import row_sharder
-
 from tests.tune.helpers import free_cluster
 from tests.tune.test_tuner import hetero_costs
 

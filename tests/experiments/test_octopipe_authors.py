@@ -17,12 +17,19 @@ from octopipe.cost.from_file import ProfileOptions, profile_cost_table
 from octopipe.cost.profile_format import load_preset
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.io import CONF_DIR
 from octopipe.experiments import octopipe_authors_report as report
-from octopipe.experiments.octopipe_authors import (balanced_partition, baseline_plans, cases,
-                                                   comm_free, device_busy_s, evaluate_case,
-                                                   lower_bound_s, node_cluster)
+from octopipe.experiments.octopipe_authors import (
+    balanced_partition,
+    baseline_plans,
+    cases,
+    comm_free,
+    device_busy_s,
+    evaluate_case,
+    lower_bound_s,
+    node_cluster,
+)
 from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
+from octopipe.io import CONF_DIR
 from octopipe.plan import Plan
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.table import ScheduleTable
@@ -165,7 +172,8 @@ def test_artifacts_are_written(tmp_path):
                                                  microbatches=4, octopipe_ms=1500.0))
     summary = report.summarize(res, exp)
     assert summary["reference_case"]["speedup_vs_authors_octopipe"] == pytest.approx(1.25)
-    report.print_tables(Console(file=open(tmp_path / "out.txt", "w")), res)
+    with open(tmp_path / "out.txt", "w") as out:
+        report.print_tables(Console(file=out), res)
     report.write_artifacts(tmp_path, res, exp, summary)
     for name in ("results.csv", "efficiency.png", "bubbles.png", "speedup.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0

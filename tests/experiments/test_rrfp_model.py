@@ -8,8 +8,8 @@ from octopipe.config.cost import AnalyticCost
 from octopipe.config.experiment import RrfpExperiment
 from octopipe.cost.analytic import analytic_costs
 from octopipe.experiments import rrfp, rrfp_setup
-from octopipe.runtime.machine import local_cluster
 from octopipe.runtime.dispatch import variability_of
+from octopipe.runtime.machine import local_cluster
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.simulator import ReadyFirst
 from octopipe.tune.sharding import model_sharder
@@ -56,7 +56,7 @@ def test_multimodal_images_reach_the_language_stages():
     var = variability_of(s.config, s.job("1f1b", s.config))
     share = var.vision_share
     assert share[0] > 0.5 and share[0] == max(share)   # the vision encoder opens the pipeline
-    assert 0.0 < min(share[:-1]) and share[-1] < share[0]
+    assert min(share[:-1]) > 0.0 and share[-1] < share[0]
     assert var.images_max == EX.multimodal_images_max and var.seq_len_cv == EX.multimodal_seq_len_cv
 
 
@@ -75,7 +75,8 @@ def test_both_workloads_split_heavy_layers_by_one_rule():
         sharder = model_sharder(whole, costs_of)
         work = rrfp_setup.layer_work(costs_of(whole))
         opts = sharder.options(work, n, ex.shard_share)
-        bound = {sum(c.values()) - len(c): rrfp_setup.stage_max(rrfp_setup.layer_work(sharder.costs_for(c)), n) for c in opts}
+        bound = {sum(c.values()) - len(c): rrfp_setup.stage_max(rrfp_setup.layer_work(sharder.costs_for(c)), n)
+                 for c in opts}
         added = s.model.n_layers - whole.n_layers          # pieces beyond the whole layers
         assert added > 0 and bound[added] <= min(bound.values()) * 1.01
         assert all(b > min(bound.values()) * 1.01 for k, b in bound.items() if k < added)

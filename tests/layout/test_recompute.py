@@ -6,7 +6,6 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from octopipe.cluster import DeviceKind
-
 from octopipe.config.cost import AnalyticCost
 from octopipe.config.layout import LayoutConfig
 from octopipe.layout import Grid, Layout, LayoutEvaluator

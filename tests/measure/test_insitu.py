@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 from octopipe.cluster import Link
+from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.plan import Plan, uniform_partition
-from octopipe.config.runtime import RuntimeConfig
 from octopipe.measure.insitu import calibration_table, fit, fit_run, stage_times
-from octopipe.runtime.machine import local_cluster
 from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
+from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
+from octopipe.runtime.machine import local_cluster
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.validate import validate

@@ -9,7 +9,7 @@ from octopipe.model.layer import LayerKind
 from octopipe.model.params import layer_params
 
 torch = pytest.importorskip("torch")
-from octopipe.layers.build import build_layer  # noqa: E402
+from octopipe.layers.build import build_layer  # noqa: E402  (after importorskip)
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 # The runtime's vision front end is a CPU stand-in (learned positions, RMSNorm in the ViT), not

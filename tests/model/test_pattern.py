@@ -1,6 +1,7 @@
 """Layer-pattern notation: expansion, the published Nemotron-H layouts, and bad input."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from octopipe.errors import ConfigError
 from octopipe.model.pattern import LETTERS, format_pattern, parse_pattern

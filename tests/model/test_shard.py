@@ -8,8 +8,7 @@ from octopipe.cluster_presets import cluster_from_config
 from octopipe.cost.analytic import AnalyticCostModel
 from octopipe.errors import ConfigError
 from octopipe.model import LayerKind, LayerSpec, ModelSpec, layer_params, model_params, validate_model
-from octopipe.model.shard import (carry_width, choose_counts, shard_map, shard_model, shard_span,
-                                  shard_layer)
+from octopipe.model.shard import carry_width, choose_counts, shard_layer, shard_map, shard_model, shard_span
 
 H = 64
 LAYERS = (

@@ -3,11 +3,11 @@ cost.source, built once and only when a mode asks for them."""
 import pytest
 from hydra import compose, initialize_config_dir
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.modes.inputs import Inputs
+from octopipe.schedule.library import SCHEDULE_PRESETS
 
 
 def inputs(*overrides) -> Inputs:
@@ -26,7 +26,7 @@ def test_default_config_loads_a_consistent_triple():
 
 def test_pp_beyond_the_cluster_is_a_config_error():
     with pytest.raises(ConfigError, match=r"^pp=9"):
-        inputs("cluster=h100_1x8", "pp=9").cluster
+        _ = inputs("cluster=h100_1x8", "pp=9").cluster
 
 
 def test_unknown_cost_source():

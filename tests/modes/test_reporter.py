@@ -9,13 +9,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from rich.console import Console
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.config import load, register
 from octopipe.io import CONF_DIR
 from octopipe.modes import compare, simulate
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.report import publish
 from octopipe.modes.result import Artifact, Result
+from octopipe.schedule.library import SCHEDULE_PRESETS
 
 
 def inputs(*overrides: str) -> Inputs:

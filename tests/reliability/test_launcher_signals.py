@@ -60,7 +60,7 @@ def test_killing_the_launcher_leaves_no_process_and_no_temp_dir(sig, argv, tmp_p
     below = descendants(proc.pid)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    left = lambda: [p for p in below if not gone(p)]       # noqa: E731
+    left = lambda: [p for p in below if not gone(p)]
     assert wait_until(lambda: not left(), timeout=10), f"still running after 10 s: {left()}"
     assert wait_until(lambda: not list(tmp.glob("octopipe-run-*")), timeout=10)
     if sig == signal.SIGTERM and argv == CLI:

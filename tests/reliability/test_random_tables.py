@@ -23,7 +23,7 @@ PAIRS = [(t, d) for t in ("tagged", "ordered") for d in ("strict", "ready_first"
 MODEL = tiny.hybrid()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(n_microbatches: int):
     return reference_run(MODEL, n_microbatches)
 

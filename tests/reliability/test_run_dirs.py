@@ -14,8 +14,8 @@ import pytest
 from octopipe.errors import ConfigError
 from octopipe.io import RUN_MARKER, claim_run_dir, write_text
 from octopipe.plan import Plan, uniform_partition
-from octopipe.schedule.library import build_schedule
 from octopipe.plan_io import save_plan
+from octopipe.schedule.library import build_schedule
 from tests.reliability.cli import ROOT, results_in, run_in_process
 
 

@@ -8,7 +8,6 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.cluster import Link
 from octopipe.config import load, register
 from octopipe.config.convert import convert
@@ -18,17 +17,17 @@ from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.measure.fidelity import measure_fidelity
 from octopipe.measure.insitu import calibration_partition
-from octopipe.runtime.machine import local_cluster
 from octopipe.model.shard import shard_model
 from octopipe.modes.execute import _costs, _plans, check_runtime, model_preset, rank_cores
 from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, plan_model, uniform_partition
+from octopipe.plan_io import save_plan
 from octopipe.runtime.job import Job
+from octopipe.runtime.machine import local_cluster
 from octopipe.runtime.pinning import can_pin, core_ids, pin_map
 from octopipe.runtime.trace import measured_trace
 from octopipe.schedule.action import Action, ActionKind
-from octopipe.schedule.library import build_schedule
-from octopipe.plan_io import save_plan
+from octopipe.schedule.library import SCHEDULE_PRESETS, build_schedule
 from octopipe.schedule.table import ScheduleTable
 from tests.reliability.cli import run_in_process
 
@@ -186,7 +185,8 @@ def test_mode_execute_lets_the_tuner_shard_layers_it_then_measures_piece_by_piec
         assert plan.n_layers == model.n_layers
 
 
-@pytest.mark.parametrize("key,value,message", [("iterations", "three", "runtime.iterations='three': must be an integer"),
+@pytest.mark.parametrize("key,value,message", [("iterations", "three", "runtime.iterations='three': must be an "
+                                                                       "integer"),
                                                ("lr", -1, "runtime.lr=-1: out of range"),
                                                ("warmup", -1, "runtime.warmup=-1: out of range"),
                                                ("dispatch", "eager", "runtime.dispatch='eager': choose one of")])

@@ -51,8 +51,8 @@ def test_several_sgd_steps_give_the_reference_losses():
 def preset(name: str):
     from omegaconf import OmegaConf
 
-    from octopipe.model.build import build_model
     from octopipe.io import CONF_DIR
+    from octopipe.model.build import build_model
     return build_model(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
 
 
@@ -122,7 +122,9 @@ def test_ranks_keep_freed_memory_instead_of_page_faulting_it_in_every_iteration(
 
 def _faults_without_and_with_keep_heap() -> tuple[bool, int, int]:
     import resource
+
     import torch
+
     from octopipe.runtime.worker import keep_heap
 
     def faults() -> int:

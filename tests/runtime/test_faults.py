@@ -1,13 +1,12 @@
 """Failures end the run quickly, name the rank and the action, and never hang."""
 from __future__ import annotations
 
-
 import pytest
 
 from octopipe.errors import RuntimeExecutionError, ScheduleError
 from octopipe.plan import uniform_partition
-from octopipe.runtime.launch import execute
 from octopipe.runtime.job import Fault
+from octopipe.runtime.launch import execute
 from octopipe.schedule.table import ScheduleTable
 from tests.runtime import tiny
 

@@ -5,8 +5,8 @@ import pytest
 
 from octopipe.errors import ScheduleError
 from octopipe.plan import uniform_partition
-from octopipe.runtime.pinning import core_ids, pin_map
 from octopipe.runtime.launch import execute
+from octopipe.runtime.pinning import core_ids, pin_map
 from octopipe.runtime.stage import max_rel_err, reference_run
 from octopipe.schedule.library import build_schedule
 from tests.runtime import tiny

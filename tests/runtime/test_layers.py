@@ -5,8 +5,8 @@ import torch
 
 from octopipe.layers import build_layer, carry_shape
 from octopipe.layers.attention import lightning
-from octopipe.layers.ssm import ssd_scan
 from octopipe.layers.batch import microbatch
+from octopipe.layers.ssm import ssd_scan
 from octopipe.runtime.stage import StageModule
 from tests.runtime import tiny
 

@@ -5,15 +5,15 @@ import pytest
 import torch
 
 from octopipe.layers import build_layer, carry_shape
-from octopipe.layers.batch import microbatch
 from octopipe.layers.attention import Attention
+from octopipe.layers.batch import microbatch
 from octopipe.layers.io import Head
 from octopipe.layers.mlp import MLP, MoE
-from octopipe.layers.ssm import Mamba2
 from octopipe.layers.pieces import build_piece, load_pieces, piece_tensors, shard_state_dict
+from octopipe.layers.ssm import Mamba2
 from octopipe.model.layer import LayerKind as K
 from octopipe.model.layer import LayerSpec
-from octopipe.model.shard import shard_model, shard_layer
+from octopipe.model.shard import shard_layer, shard_model
 from octopipe.plan import Plan, plan_model
 from octopipe.runtime.launch import execute
 from octopipe.runtime.stage import StageModule, max_rel_err, reference_run

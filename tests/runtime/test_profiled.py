@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from octopipe.cluster import Link
 from octopipe.cost.profiled import profiled_costs
 from octopipe.errors import ConfigError
-from octopipe.runtime.machine import local_cluster
 from octopipe.layers import carry_shape
+from octopipe.runtime.machine import local_cluster
 from tests.runtime import tiny
 
 

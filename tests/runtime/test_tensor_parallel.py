@@ -16,12 +16,12 @@ from octopipe.cluster import Link
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.runtime.machine import local_cluster
+from octopipe.model.layer import LayerKind as K
+from octopipe.model.layer import LayerSpec
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute, process_context
-from octopipe.model.layer import LayerKind as K
-from octopipe.model.layer import LayerSpec
+from octopipe.runtime.machine import local_cluster
 from octopipe.runtime.tensor_parallel import NONE, Round, agree, check_grid, free_port, layer_errors
 from octopipe.schedule.action import Action, ActionKind
 from tests.runtime import tiny
@@ -133,7 +133,8 @@ def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs
     for seed in range(2):
         table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
         costs = CostTable.uniform(4, f=1.0, i=1.0, w=1.0, out_bytes=1e3, kinds=("local-cpu",))
-        config = RuntimeConfig(compute="emulated", dispatch=dispatch, hint="bfw" if dispatch == "ready_first" else "table",
+        config = RuntimeConfig(compute="emulated", dispatch=dispatch, hint="bfw"
+                               if dispatch == "ready_first" else "table",
                                tp=2, iterations=1, warmup=0, emulate_step_s=0.004, jitter_cv=0.5,
                                transfer_delay=0.5, timeout_s=120.0, stall_s=30.0)
         res = execute(Job(Plan(uniform_partition(4, 4), table), None, config, seed=seed, costs=costs,
@@ -150,7 +151,8 @@ def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs
             for ev in res.events:   # each round is recorded; no W (it ranks below the pick) runs during one
                 held = [(e["post"], e["end"]) for e in ev if "round" in e]
                 assert len(held) == sum(e["agree_rounds"] for e in ev if "agree_rounds" in e)
-                assert sum(e["agreed"] for e in ev if "round" in e) == sum(e["agree_tasks"] for e in ev if "agree_tasks" in e)
+                assert sum(e["agreed"] for e in ev if "round" in e) == sum(e["agree_tasks"] for e in ev
+                                                                           if "agree_tasks" in e)
                 ws = [e["start"] for e in ev if "action" in e and Action.parse(e["action"]).kind is ActionKind.W]
                 assert not any(p < w < q for w in ws for p, q in held)
         else:   # strict: the row fixes the order on every TP rank, nothing to agree on

@@ -8,12 +8,12 @@ from octopipe.config.cost import AnalyticCost
 from octopipe.config.presets import preset
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.analytic import analytic_costs
-from octopipe.runtime.machine import local_cluster
 from octopipe.model.build import build_model
 from octopipe.model.layer import LayerKind as K
 from octopipe.plan import Plan
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
+from octopipe.runtime.machine import local_cluster
 from octopipe.schedule.action import Action
 from octopipe.sim.agreement import agreement_stages, needs_agreement
 from octopipe.sim.hints import KIND_CODE
@@ -37,7 +37,8 @@ def test_a_collective_free_stage_runs_during_rounds_and_is_never_agreed():
         res = execute(Job(Plan(partition, table), model, config, seed=seed, costs=costs,
                           cluster=local_cluster(2, link)))
         agreed = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])
-                   if needs_agreement(KIND_CODE[Action.parse(e["action"]).kind], *stages[Action.parse(e["action"]).stage])]
+                   if needs_agreement(KIND_CODE[Action.parse(e["action"]).kind],
+                                      *stages[Action.parse(e["action"]).stage])]
                   for ev in res.events]
         assert agreed[0] == agreed[1] and agreed[2] == agreed[3]
         assert [e["agree_tasks"] for ev in res.events for e in ev if "agree_tasks" in e] == [len(a) for a in agreed]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import torch
 
 from octopipe.runtime.jitter import Jittered, busy_work

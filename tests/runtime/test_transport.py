@@ -12,9 +12,9 @@ import torch
 from octopipe.errors import ScheduleError
 from octopipe.plan import uniform_partition
 from octopipe.runtime.launch import execute
+from octopipe.runtime.messages import pair_orders
 from octopipe.runtime.stage import max_rel_err, reference_run
 from octopipe.runtime.transport import BWD, FWD, Key, Waiters, choose_transport
-from octopipe.runtime.messages import pair_orders
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
 from tests.runtime import tiny

@@ -14,7 +14,6 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.experiments import rrfp
 from octopipe.io import CONF_DIR
-from octopipe.runtime.machine import local_cluster
 from octopipe.modes.execute import measure
 from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, uniform_partition
@@ -22,6 +21,7 @@ from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
+from octopipe.runtime.machine import local_cluster
 from octopipe.runtime.stage import max_rel_err, reference_run
 from octopipe.schedule.library import SCHEDULE_PRESETS, build_schedule
 from octopipe.schedule.table import ScheduleTable
@@ -180,6 +180,6 @@ def test_experiment_rrfp_quick_reports_every_summary_key(tmp_path):
                                                ("max_inflight", 0, "runtime.max_inflight=0: must be an integer >= 1")])
 def test_bad_arbitration_settings_name_the_field(key, value, message):
     register(SCHEDULE_PRESETS)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-            load(compose("config", overrides=["mode=execute", f"runtime.{key}={value}"]))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None), \
+            pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load(compose("config", overrides=["mode=execute", f"runtime.{key}={value}"]))

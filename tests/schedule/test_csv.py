@@ -4,6 +4,7 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+from hand_tables import one_f_one_b
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 from torch.distributed.pipelining.stage import PipelineStage
 
@@ -13,8 +14,6 @@ from octopipe.schedule.csv_io import read_csv, read_csv_text, to_csv_text, write
 from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable, v_placement
-
-from hand_tables import one_f_one_b
 
 
 def aligned_gpipe(p: int, m: int) -> ScheduleTable:
@@ -129,7 +128,8 @@ def test_torch_extras_are_dropped_or_refused():
 def test_malformed_csv_names_row_column_cell(text, match):
     if match is None:
         assert read_csv_text(text).rows[0] == (Action(0, F, 0), None, Action(0, B, 0))
-        with pytest.raises(ScheduleError, match=r"row 0 \(rank 0\), column 1, cell '': a compute_comms CSV has no empty"):
+        with pytest.raises(ScheduleError, match=r"row 0 \(rank 0\), column 1, cell '': a compute_comms CSV has no "
+                                                r"empty"):
             read_csv_text(text, format="compute_comms")
         return
     with pytest.raises(ScheduleError, match=match):

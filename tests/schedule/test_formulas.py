@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from octopipe.errors import ScheduleError
-from octopipe.schedule.library import FORMULA_SCHEDULES, bubble_ratio, inflight_microbatches
+from octopipe.schedule.action import B, F, W
+from octopipe.schedule.generators._common import align_lockstep
+from octopipe.schedule.library import FORMULA_SCHEDULES, SCHEDULES, bubble_ratio, build_schedule, inflight_microbatches
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 16), (8, 64)])
@@ -55,9 +57,6 @@ def test_bad_requests_raise_schedule_error():
 
 # ------------------------------------------------------------------ formula against the tables
 
-from octopipe.schedule.action import B, F, W  # noqa: E402
-from octopipe.schedule.generators._common import align_lockstep  # noqa: E402
-from octopipe.schedule.library import SCHEDULES, build_schedule  # noqa: E402
 
 
 def peak_inflight_by_walking(table) -> list[int]:

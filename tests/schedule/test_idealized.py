@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hand_tables import one_f_one_b
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, B, F, I, W
-from octopipe.schedule.library import bubble_ratio, inflight_microbatches
 from octopipe.schedule.idealized import SlotCosts, idealize
-from octopipe.schedule.library import SCHEDULES, build_schedule
+from octopipe.schedule.library import SCHEDULES, bubble_ratio, build_schedule, inflight_microbatches
 from octopipe.schedule.table import ScheduleTable
-
-from hand_tables import one_f_one_b
 
 
 def gpipe(p: int, m: int) -> ScheduleTable:

@@ -226,7 +226,7 @@ def _named(name: str):
 def test_every_named_schedule_lowers_consistently(name):
     built = list(_named(name))
     assert built, f"{name} builds none of {NAMED_SHAPES}"
-    for p, m, t in built:
+    for _p, m, t in built:
         low = lower(t)
         validate_lowered(low)
         assert low.compute_only() == t.compact()
@@ -239,7 +239,7 @@ def test_every_named_schedule_lowers_consistently(name):
 
 @pytest.mark.parametrize("name", ["zbv", "dualpipev", "hanayo"])
 def test_v_shaped_named_schedules_have_no_comm_at_the_turn(name):
-    for p, m, t in _named(name):
+    for _p, _m, t in _named(name):
         for s in range(t.n_stages - 1):
             if t.placement[s] == t.placement[s + 1]:
                 low = lower(t)

@@ -5,15 +5,23 @@ import io
 import json
 
 import pytest
+from hand_tables import one_f_one_b
 from rich.console import Console
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.lower import lower
-from octopipe.schedule.render import (Bar, bars_trace, gantt_png, grid_text, idealized_timeline_png,
-                                      idealized_trace, kind_colour, print_grid, write_trace)
-
-from hand_tables import one_f_one_b
+from octopipe.schedule.render import (
+    Bar,
+    bars_trace,
+    gantt_png,
+    grid_text,
+    idealized_timeline_png,
+    idealized_trace,
+    kind_colour,
+    print_grid,
+    write_trace,
+)
 
 
 def test_grid_text_lists_each_row_in_order():

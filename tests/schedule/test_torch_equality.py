@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("torch.distributed.pipelining")
 
-from unittest import mock  # noqa: E402
+from unittest import mock
 
-from torch.distributed.pipelining import schedules as ts  # noqa: E402
-from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  # noqa: E402
-from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
+from torch.distributed.pipelining import schedules as ts
+from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+from torch.distributed.pipelining.stage import PipelineStage
 
-from octopipe.schedule.action import Action, ActionKind, F, I  # noqa: E402
-from octopipe.schedule.library import build_schedule  # noqa: E402
+from octopipe.schedule.action import Action, ActionKind, F, I
+from octopipe.schedule.library import build_schedule
 
 DEVICES = (1, 2, 3, 4, 5, 8)
 MICROBATCHES = (1, 2, 3, 4, 5, 6, 9, 10, 16)
@@ -153,7 +153,7 @@ def test_1f1b_matches_torch_except_torchs_off_by_one_on_the_last_rank():
     the last row reads F1..Fm (Fm is out of range) where ours reads F0..F(m-1). Every other row
     is identical."""
     compared = 0
-    for p, m, v, theirs in _grid("1F1B", (1,)):
+    for p, m, _v, theirs in _grid("1F1B", (1,)):
         mine = order(ours("1f1b", p, m, 1))
         theirs = order(theirs)
         assert mine[:-1] == theirs[:-1], (p, m)

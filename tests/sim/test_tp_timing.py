@@ -12,8 +12,14 @@ from octopipe.model.layer import LayerKind as K
 from octopipe.plan import Partition
 from octopipe.schedule.library import build_schedule
 from octopipe.sim import ReadyFirst, Simulator
-from octopipe.sim.agreement import (agreement_seconds, agreement_stages, collective_stages, collective_tasks,
-                                    needs_agreement, tp_agreement)
+from octopipe.sim.agreement import (
+    agreement_seconds,
+    agreement_stages,
+    collective_stages,
+    collective_tasks,
+    needs_agreement,
+    tp_agreement,
+)
 from octopipe.sim.durations import bind
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -50,7 +56,7 @@ def test_megatron_block_pays_two_all_reduces_each_way():
     in F and 2 in I, none in W: the tp=2 iteration is longer than tp=2 without collectives by
     exactly their sum over the chain."""
     m = model("llama3_8b")
-    sim_on, part = chain(m, 2)
+    sim_on, _part = chain(m, 2)
     sim_off, _ = chain(m, 2, collectives=False)
     n_tok = m.seq_len * m.micro_batch_size
     ar = ring_all_reduce(2.0 * n_tok * m.layers[1].hidden, 2, NV)
@@ -122,6 +128,7 @@ def test_mode_simulate_charges_the_agreement_under_ready_first(tmp_path, capsys)
     """cost.tp=2 with sim.policy=ready_first: each of the 8 x 4 F and B of 1F1B on 4 ranks (every
     stage of tiny_hybrid runs TP collectives both ways) waits one round; strict pays none."""
     import json
+
     from tests.reliability.cli import run_in_process
     base = ["mode=simulate", "model=tiny_hybrid", "schedule=1f1b", "pp=4", "microbatches=8", "cost.tp=2"]
     spans = {}

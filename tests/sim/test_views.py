@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Simulator
 from octopipe.sim.graph import critical_path, find_cycle, to_networkx
 from octopipe.sim.trace import sim_timeline_png, sim_trace
-from octopipe.schedule.table import ScheduleTable
 from tests.sim.conftest import one_f_one_b_table
 
 

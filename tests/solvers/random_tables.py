@@ -21,7 +21,7 @@ def random_compute_table(rng: np.random.Generator, n_devices: int, n_stages: int
     kinds = (F, I, W) if split else (F, B)
     acts = [Action(s, k, m) for s in range(n_stages) for m in range(n_microbatches) for k in kinds]
     splitset = {(s, m) for s in range(n_stages) for m in range(n_microbatches)} if split else set()
-    preds = {a: [p for p in data_predecessors(a, n_stages, splitset)] for a in acts}
+    preds = {a: list(data_predecessors(a, n_stages, splitset)) for a in acts}
     done: set[Action] = set()
     rows: list[list[Action]] = [[] for _ in range(n_devices)]
     todo = set(acts)

@@ -13,7 +13,7 @@ from solvers.backend import SolverConfig
 from solvers.brute import brute_force_placement
 from solvers.instance import PartitionInstance
 from solvers.placement_ilp import solve_placement_instance
-from solvers.placement_model import device_keys, interchangeable, memory_cannot_bind, cut_runs
+from solvers.placement_model import cut_runs, device_keys, interchangeable, memory_cannot_bind
 from tests.solvers.instances import GB, make_cluster, random_costs
 
 SHAPES = [(2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (4, 1)]     # (devices, stages per device)

@@ -10,9 +10,9 @@ import numpy as np
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan
+from octopipe.runtime.job import Job
 from octopipe.schedule.library import build_schedule
 from octopipe.train.data import TokenBatches, load_corpus
-from octopipe.runtime.job import Job
 from octopipe.train.loop import TrainRun, TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
 

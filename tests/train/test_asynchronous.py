@@ -19,8 +19,8 @@ from octopipe.config.store import register
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.plan import Partition, Plan
-from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.runtime.job import Job
+from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.train.loop import TrainSpec, launch_training, reference_train
 from octopipe.train.stream import Stream, StreamBatches, check_async, replay_training
 from tests.reliability.cli import run_in_process

@@ -76,7 +76,7 @@ def test_bad_factories_are_one_line_errors_naming_the_block(factory, ref, words)
 def test_a_good_factory_gives_named_blocks_with_carry_shapes_and_its_own_loss(factory):
     b = blocks(f"{factory}:good")
     assert b.names == ("0:Embedding", "1:Linear") and b.carry_shapes == ((2, 8, 8), ())
-    fn, module = load_factory(f"{factory}:good")
+    _fn, module = load_factory(f"{factory}:good")
     ids = torch.randint(0, 256, (2, 8))
     out = b.build(1)(b.build(0)(None, {"ids": ids}), {"targets": ids})
     assert out.shape == () and module.loss_fn is not None

@@ -59,14 +59,15 @@ def test_the_tuners_causes_are_groups_of_the_simulators():
     from octopipe.plan import Partition, Plan
     from octopipe.schedule.library import build_schedule
     from octopipe.sim import simulate
-    from octopipe.sim.result import CAUSES as SIM_CAUSES, DEPENDENCY, BubbleCause
+    from octopipe.sim.result import CAUSES as SIM_CAUSES
+    from octopipe.sim.result import DEPENDENCY, BubbleCause
     from octopipe.tune.attribution import attribute_sim
     costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0, out_bytes=1e9)
     table = build_schedule("zbh1", 4, 6)
     sim = simulate(Plan(Partition.uniform(8, 4), table), costs, free_cluster(4, latency=0.2, bandwidth=1e10))
     a = attribute_sim(sim)
     bc = sim.bubble_causes
-    assert SIM_CAUSES == tuple(c.value for c in BubbleCause)
+    assert tuple(c.value for c in BubbleCause) == SIM_CAUSES
     assert np.allclose(a.imbalance + a.edges, sum(bc[:, c.column] for c in DEPENDENCY))
     assert np.array_equal(a.transfer, bc[:, BubbleCause.WAIT_TRANSFER.column])
     assert np.array_equal(a.memory, bc[:, BubbleCause.MEMORY.column])

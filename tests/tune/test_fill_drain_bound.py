@@ -12,8 +12,17 @@ from octopipe.cost.table import CostTable
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, layer_bound, lower_bound
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
-from octopipe.tune.fill_drain import (Terms, contiguous_bound, exact, fill_drain, fill_drain_bound, fitted_partition,
-                                      greedy_partition, improve, relaxed)
+from octopipe.tune.fill_drain import (
+    Terms,
+    contiguous_bound,
+    exact,
+    fill_drain,
+    fill_drain_bound,
+    fitted_partition,
+    greedy_partition,
+    improve,
+    relaxed,
+)
 
 from .helpers import free_cluster, simulated_makespans
 from .test_brute_force import _compositions

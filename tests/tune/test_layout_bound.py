@@ -7,7 +7,8 @@ import pytest
 from octopipe.cost.table import CostTable
 from octopipe.tune.candidate import KIND_RANKS, Candidate, Problem
 from octopipe.tune.layout_bound import layout_bound, releases_and_tails
-from octopipe.tune.search import seed_candidates, search, SearchConfig
+from octopipe.tune.search import SearchConfig, search, seed_candidates
+
 from .helpers import free_cluster
 
 

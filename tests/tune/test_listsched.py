@@ -9,6 +9,7 @@ from octopipe.plan import Partition
 from octopipe.tune.bounds import lower_bound
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.listsched import ListPolicy, StageArrays, c_kernel_available, list_schedule
+
 from .helpers import free_cluster
 
 

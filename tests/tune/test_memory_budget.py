@@ -11,8 +11,8 @@ from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.candidate import Problem
-from octopipe.tune.polish import w_instance
 from octopipe.tune.memory_budget import activation_budget
+from octopipe.tune.polish import w_instance
 from solvers.w_placement import place_ws
 
 from .helpers import free_cluster

@@ -75,7 +75,7 @@ def test_choice_shards_for_granularity_only_where_it_pays():
     sp = row_sharder(costs, [True] * 26)
     assert sp.counts(np.ones(26), 8, 0.5) == {}
     _, counts, _ = choose_split(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
-    assert counts == {i: 3 for i in range(26)}
+    assert counts == dict.fromkeys(range(26), 3)
     # 32 equal layers on 8 devices balance exactly, whole or halved: the bounds tie, and the tie
     # goes to the option whose best starting point is shorter (halves: 8 chunks per device, a
     # shorter fill), which the choice records
@@ -84,7 +84,7 @@ def test_choice_shards_for_granularity_only_where_it_pays():
     whole, halves = info
     assert whole["pieces"] == 0 and whole["bound_s"] == halves["bound_s"]
     assert halves["best_start_s"] < whole["best_start_s"]
-    assert counts == {i: 2 for i in range(32)} and pb.n_layers == 64
+    assert counts == dict.fromkeys(range(32), 2) and pb.n_layers == 64
     # with one option alone nothing is estimated
     _, _, info = choose_split(Problem.build(costs, cl, 8, 64), sp, 0.5, 8)
     assert all("best_start_s" not in x for x in info)

@@ -8,9 +8,8 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.plan_io import load_plan, save_plan
 from octopipe.sim.simulator import simulate
-from octopipe.tune import Candidate, Problem, TuneOptions, tune
+from octopipe.tune import Candidate, Problem, TuneOptions, tune, tuner
 from octopipe.tune import ilp_starts as ilp_starts_mod
-from octopipe.tune import tuner
 from octopipe.tune.freeze import to_plan
 
 from .helpers import free_cluster
@@ -56,7 +55,8 @@ def test_ilp_starts_join_the_search_and_are_never_beaten_by_the_plan():
     pb = Problem.build(costs, cl, 4, 8, contention=True)
     cands, info = ilp_starts_mod.partition_starts(pb, SolverConfig(max_nodes=100))
     assert cands and info["status"] in ("optimal", "feasible") and info["v"]["status"] in ("optimal", "feasible")
-    assert res.ilp["status"] == info["status"] and res.ilp["v"]["objective_s"] == pytest.approx(info["v"]["objective_s"])
+    assert res.ilp["status"] == info["status"]
+    assert res.ilp["v"]["objective_s"] == pytest.approx(info["v"]["objective_s"])
     for c in cands:
         assert res.makespan_s <= simulate(to_plan(pb, c), costs, cl).makespan * (1 + 1e-9), c.origin
     again = tune(costs, cl, 4, 8, TuneOptions(cfg))

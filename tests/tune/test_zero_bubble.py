@@ -5,8 +5,7 @@ keeps its budget, it reaches the paper's closed forms, and the tuner's plans at 
 import numpy as np
 import pytest
 
-from octopipe.measure.bench.zero_bubble import (SETTINGS, oracle_plan, setting_cluster,
-                                                stage_costs, zb_instance)
+from octopipe.measure.bench.zero_bubble import SETTINGS, oracle_plan, setting_cluster, stage_costs, zb_instance
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
@@ -14,12 +13,12 @@ from octopipe.sim.stage_span import span_bubble_rate, stage_spans
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.attribution import from_list_result
 from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.moves import neighbours, warmup_moves
 from octopipe.tune.memory_budget import activation_budget
+from octopipe.tune.moves import neighbours, warmup_moves
 from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
-from .test_memory_budget import hetero_zb_costs, zb_costs
 from .helpers import free_cluster
+from .test_memory_budget import hetero_zb_costs, zb_costs
 
 GIB = 2.0**30
 

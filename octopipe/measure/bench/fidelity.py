@@ -40,11 +40,11 @@ from octopipe.io import write_json
 from octopipe.measure.bench.ranking import judge, spearman, spread
 from octopipe.measure.fidelity import Comparison, measure_fidelity, summarise
 from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
-from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.plan import Plan, partition_from_sizes, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.pinning import available_cores, core_ids, pin_map
 from octopipe.schedule.library import build_schedule
 from octopipe.tune.tuner import TuneOptions, tune
@@ -254,7 +254,7 @@ def real(setting: RealSetting, n: int, quiet: dict | None = None) -> dict:
         plain.append(abs(pred - c.measured_iteration_s) / c.measured_iteration_s)
     print(f"  load average (1, 5, 15 min) at start {tuple(round(x, 2) for x in load_start)}, "
           f"at end {tuple(round(x, 2) for x in load_end)}; {elapsed:.0f} s of launches")
-    for c, (stages, cal) in zip(cal_rows, calibrations.items()):
+    for c, cal in zip(cal_rows, calibrations.values()):
         print(f"  calibration run {c.schedule} (not in the error): measured {c.measured_iteration_s:.4f} s, "
               f"simulated {c.simulated_iteration_s:.4f} s ({100 * c.fidelity_error:.1f}%); "
               f"fitted background load {cal.background:.3f} cores")
@@ -267,7 +267,8 @@ def real(setting: RealSetting, n: int, quiet: dict | None = None) -> dict:
                    "pinned": list(pinned) if pinned else None, "rounds": rounds, "iterations": iterations,
                    "warmup": warmup, "load_start": list(load_start), "load_end": list(load_end),
                    "quiet_wait": quiet, "launch_s": elapsed,
-                   "calibrations": [{**c.summary(), **cal.summary()} for c, cal in zip(cal_rows, calibrations.values())],
+                   "calibrations": [{**c.summary(), **cal.summary()} for c, cal in zip(cal_rows,
+                                                                                       calibrations.values())],
                    "mape_calibrated_without_cores": float(np.mean(plain)),
                    "errors_calibrated_without_cores": dict(zip(schedules, plain))}, per_round=iterations)
 

@@ -88,7 +88,7 @@ def _check(name: str, fn, results: list[dict]) -> dict | None:
         out = fn()
         results.append({"check": name, "status": "ok" if out.get("ok", True) else "mismatch",
                         "seconds": time.perf_counter() - t0, **out})
-    except Exception as e:  # noqa: BLE001 - recorded, the next check still runs
+    except Exception as e:
         first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         out = None
         results.append({"check": name, "status": "error", "seconds": time.perf_counter() - t0,

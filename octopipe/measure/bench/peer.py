@@ -34,29 +34,27 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from octopipe.config.cost import ProfiledCost
 from octopipe.config.runtime import RuntimeConfig
-from octopipe.cost.profiled import profiled_costs
+from octopipe.cost.profiled import profile_blocks, profiled_costs
 from octopipe.io import CONF_DIR, write_json
 from octopipe.layers.batch import microbatch
-from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.model.build import build_model
 from octopipe.model.spec import ModelSpec
-from octopipe.plan import Plan, uniform_partition
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.plan import Partition, Plan, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute, free_port, process_context
+from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import StageModule
 from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
-from octopipe.tune.tuner import TuneOptions, tune
-from octopipe.config.cost import ProfiledCost
-from octopipe.cost.profiled import profile_blocks
-from octopipe.model.user_module import UserBlocks, check_blocks
-from octopipe.plan import Partition
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
 from octopipe.train.setup import EXAMPLE_FACTORY
 from octopipe.train.torch_runtime import train_with_torch
+from octopipe.tune.tuner import TuneOptions, tune
 
 PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
          ("zbv", "ScheduleZBVZeroBubble"))

@@ -9,9 +9,9 @@ and on the largest chain of mutually separated schedules.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
-from typing import Sequence
 
 import numpy as np
 

@@ -110,7 +110,7 @@ def zb_instance(costs: CostTable, m: int, multiple: float, comm: float) -> ZbIns
     p = len(costs.layer_names)
     problem = Problem.build(costs, setting_cluster(p), p, m)
     budget = float(activation_budget(problem, multiple)[0])
-    tup = lambda x: tuple(float(v) for v in np.ravel(x))  # noqa: E731
+    tup = lambda x: tuple(float(v) for v in np.ravel(x))
     return ZbInstance(tup(costs.f), tup(costs.i), tup(costs.w), tup(costs.act_bytes),
                       tup(costs.w_act_bytes), (budget,) * p, comm, m)
 

@@ -13,10 +13,30 @@ from octopipe.schedule.generators.hanayo import hanayo
 from octopipe.schedule.generators.interleaved import interleaved
 from octopipe.schedule.generators.looped_bfs import looped_bfs
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b
-from octopipe.schedule.generators.pipedream import (forward_version, pipedream, pipedream_2bw,
-                                                     pipedream_vsync, weight_versions)
+from octopipe.schedule.generators.pipedream import (
+                                                     forward_version,
+                                                     pipedream,
+                                                     pipedream_2bw,
+                                                     pipedream_vsync,
+                                                     weight_versions,
+)
 from octopipe.schedule.generators.zbv import zbv
 from octopipe.schedule.generators.zero_bubble import zbh1, zbh2
 
-__all__ = ["chimera", "dualpipev", "gpipe", "hanayo", "interleaved", "looped_bfs", "one_f_one_b",
-           "pipedream", "pipedream_2bw", "pipedream_vsync", "weight_versions", "forward_version", "zbv", "zbh1", "zbh2"]
+__all__ = [
+                                                     "chimera",
+                                                     "dualpipev",
+                                                     "forward_version",
+                                                     "gpipe",
+                                                     "hanayo",
+                                                     "interleaved",
+                                                     "looped_bfs",
+                                                     "one_f_one_b",
+                                                     "pipedream",
+                                                     "pipedream_2bw",
+                                                     "pipedream_vsync",
+                                                     "weight_versions",
+                                                     "zbh1",
+                                                     "zbh2",
+                                                     "zbv",
+]

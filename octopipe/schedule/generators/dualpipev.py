@@ -45,7 +45,7 @@ def _dualpipev_row(p: int, d: int, m: int) -> Row:
         backward(up, split=True)
         pending_weight()
         forward(up)
-    for n in range(m - 2 * p + d + 1):
+    for _ in range(m - 2 * p + d + 1):
         forward(down)
         backward(up, split=False)
         forward(up)

@@ -22,5 +22,5 @@ def hanayo(n_devices: int, n_microbatches: int, chunks: int = 2) -> ScheduleTabl
     rows = priority_rows(
         devices_of=lambda a: placement[a.stage], n_devices=p, n_stages=p * v, n_microbatches=m,
         split_backward=False, priority=lambda a: (0 if a.kind is B else 1, a.microbatch, -a.stage),
-        pools=Pools(lambda a: placement[a.stage], {d: p * v for d in range(p)}), name="hanayo")
+        pools=Pools(lambda a: placement[a.stage], dict.fromkeys(range(p), p * v)), name="hanayo")
     return table(rows, placement, m, "hanayo")

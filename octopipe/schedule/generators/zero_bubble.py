@@ -10,8 +10,7 @@
 from __future__ import annotations
 
 from octopipe.schedule.action import F, I, W
-from octopipe.schedule.generators._common import (Pools, align_lockstep, check_shape,
-                                                  priority_rows, require, table)
+from octopipe.schedule.generators._common import Pools, align_lockstep, check_shape, priority_rows, require, table
 from octopipe.schedule.generators.interleaved import interleaved_row
 from octopipe.schedule.table import ScheduleTable, loop_placement
 
@@ -37,5 +36,5 @@ def zbh2(n_devices: int, n_microbatches: int, chunks: int = 1) -> ScheduleTable:
     rows = priority_rows(
         devices_of=lambda a: a.stage, n_devices=p, n_stages=p, n_microbatches=n_microbatches,
         split_backward=True, priority=lambda a: (_H2_ORDER[a.kind], a.microbatch),
-        pools=Pools(lambda a: a.stage, {d: 2 * p - 1 for d in range(p)}), name="zbh2")
+        pools=Pools(lambda a: a.stage, dict.fromkeys(range(p), 2 * p - 1)), name="zbh2")
     return table(rows, loop_placement(p, 1), n_microbatches, "zbh2")
