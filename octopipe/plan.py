@@ -1,4 +1,4 @@
-"""Partition (consecutive stages of layers) and Plan (partition, placement, table, shards).
+"""Partition (consecutive stages of layers) and Plan (partition, placement, table, pieces).
 
 A `Partition` is one thing with three views: `sizes` (layers per stage), `bounds` (the S + 1
 layer indices where stages start, ending with the layer count) and `ranges` (`(lo, hi)` per
@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from octopipe.errors import ConfigError, ScheduleError
-from octopipe.model.shard import shard_model
+from octopipe.model.pieces import split_model
 from octopipe.model.spec import ModelSpec
 from octopipe.schedule.table import ScheduleTable
 
@@ -166,13 +166,13 @@ def partition_from_sizes(sizes: Sequence[int]) -> Partition:
     return Partition(tuple(sizes))
 
 
-def _shards_of(value: Mapping | None) -> dict[int, int]:
+def _pieces_of(value: Mapping | None) -> dict[int, int]:
     if not value:
         return {}
     try:
         return {int(k): int(v) for k, v in sorted(dict(value).items(), key=lambda kv: int(kv[0]))}
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"plan shards={value!r}: expected a mapping of original layer index to "
+        raise ConfigError(f"plan pieces={value!r}: expected a mapping of original layer index to "
                           "pieces, e.g. {\"11\": 3}") from e
 
 
@@ -217,7 +217,7 @@ class SchedulePolicy:
 
 @dataclass(frozen=True)
 class Plan:
-    """Partition, table (which carries the placement) and `shards`: {original layer index:
+    """Partition, table (which carries the placement) and `pieces`: {original layer index:
     pieces} of the layers split before partitioning ({} for whole layers), so the partition
     indexes the split model's layers. `policy`: the tuner's scheduling policy behind the table
     (None for a named schedule). `meta` is provenance only (origin, costs)."""
@@ -227,17 +227,18 @@ class Plan:
     model: str = ""
     cluster: str = ""
     meta: dict = field(default_factory=dict, compare=False)
-    shards: Mapping[int, int] = field(default_factory=dict, hash=False)
+    pieces: Mapping[int, int] = field(default_factory=dict, hash=False)
     policy: SchedulePolicy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition", Partition.of(self.partition))
         legacy = None
-        if self.meta and "shards" in self.meta:     # plans (and files) from before `Plan.shards`
+        old = next((k for k in ("pieces", "shards") if k in (self.meta or {})), None)
+        if old is not None:     # plans (and files) from before `Plan.pieces` kept them in meta
             meta = dict(self.meta)
-            legacy = meta.pop("shards")
+            legacy = meta.pop(old)
             object.__setattr__(self, "meta", meta)
-        object.__setattr__(self, "shards", _shards_of(self.shards or legacy))
+        object.__setattr__(self, "pieces", _pieces_of(self.pieces or legacy))
         if len(self.partition) != self.table.n_stages:
             raise ScheduleError(f"partition has {len(self.partition)} stages but the table places "
                                 f"{self.table.n_stages}")
@@ -252,11 +253,11 @@ class Plan:
 
 
 def plan_model(model: ModelSpec, plan: Plan) -> ModelSpec:
-    """The model `plan` partitions: `model` with the layers `plan.shards` names (original layer
-    index -> pieces) split into pieces (`octopipe.model.shard`), else `model` itself."""
-    out = shard_model(model, plan.shards) if plan.shards else model
+    """The model `plan` partitions: `model` with the layers `plan.pieces` names (original layer
+    index -> pieces) split into pieces (`octopipe.model.pieces`), else `model` itself."""
+    out = split_model(model, plan.pieces) if plan.pieces else model
     if plan.n_layers != out.n_layers:
-        pieces = f" split as the plan's shards say into {out.n_layers}" if out is not model else ""
+        pieces = f" split as the plan's pieces say into {out.n_layers}" if out is not model else ""
         raise ConfigError(f"plan {plan.table.name!r} partitions {plan.n_layers} layers but model {model.name!r} "
                           f"has {model.n_layers}{pieces}; run the plan on the model it was made for")
     return out

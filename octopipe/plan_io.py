@@ -11,15 +11,16 @@ Layout (``format`` = ``"octopipe.plan"``, ``version`` = `FORMAT_VERSION`)::
      "schedule": {"name": "...", "lowered": false, "rows": [["0F0", "", ...], ...]},
      "action_costs": {"0F0": seconds, ...},  # when known, else absent
      "csv": "plan.csv",                      # torch dialect, beside the JSON
-     "meta": {..., "shards": {"11": 3, ...}}}  # `Plan.shards`, when layers are split
+     "meta": {..., "pieces": {"11": 3, ...}}}  # `Plan.pieces`, when layers are split
 
 The rows in the JSON are authoritative; the CSV is written for torch and for people, and
-`load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]``
-(a mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.shards` (original layer
-index -> pieces) is
-stored in ``meta.shards``, where version 1 files have always kept it, so files read both ways.
-Its provenance, ``meta.shard_names`` and ``meta.shard_costs``, was written ``split_names`` and
-``split_costs`` before: `plan_from_doc` reads both and a saved plan carries the new names.
+`load_plan` does not read it. Per-action costs travel in ``plan.meta["action_costs"]`` (a
+mapping from action string to seconds; `octopipe.cost.action_costs` computes them). `Plan.pieces`
+(original layer index -> pieces of that layer) is stored in ``meta.pieces``; files written before
+the rename kept it in ``meta.shards``, and its provenance as ``shard_names``, ``shard_costs`` and
+``shard_choice`` (earlier still ``split_names``, ``split_costs``): `plan_from_doc` reads every
+spelling and a saved plan carries the new names (``piece_names``, ``piece_costs``,
+``piece_choice``).
 """
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ from octopipe.schedule.validate import validate
 FORMAT = "octopipe.plan"
 FORMAT_VERSION = 1
 _REQUIRED = ("format", "version", "partition", "n_microbatches", "placement", "schedule")
-# meta keys of plans written before the layer pieces were called shards -> their names now
-OLD_META_KEYS = {"split_names": "shard_names", "split_costs": "shard_costs"}
+# meta keys of plans written before the layer pieces were called pieces -> their names now
+OLD_META_KEYS = {"split_names": "piece_names", "split_costs": "piece_costs", "shard_names": "piece_names",
+                 "shard_costs": "piece_costs", "shard_choice": "piece_choice"}
 
 
 def _jsonable(value: Any, where: str) -> Any:
@@ -81,8 +83,8 @@ def plan_to_doc(plan: Plan, csv_name: str | None = None) -> dict:
         doc["csv"] = csv_name
     if plan.policy is not None:
         meta["policy"] = plan.policy.to_doc()
-    if plan.shards:
-        meta["shards"] = {str(k): int(v) for k, v in plan.shards.items()}
+    if plan.pieces:
+        meta["pieces"] = {str(k): int(v) for k, v in plan.pieces.items()}
     doc["meta"] = _jsonable(meta, "plan.meta")
     return doc
 
@@ -160,7 +162,7 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
     meta = dict(doc.get("meta") or {})
     if "action_costs" in doc:
         meta["action_costs"] = dict(doc["action_costs"])
-    shards = meta.pop("shards", None) or {}
+    pieces = meta.pop("pieces", None) or meta.pop("shards", None) or {}   # "shards": files before the rename
     policy = meta.pop("policy", None)
     if policy is not None and not isinstance(policy, Mapping):
         raise ScheduleError(f"{source}: meta.policy must be an object, got {type(policy).__name__}")
@@ -171,7 +173,7 @@ def plan_from_doc(doc: Any, source: str = "plan JSON", check: bool = True) -> Pl
         parts = tuple((int(lo), int(hi)) for lo, hi in partition)
     except (TypeError, ValueError):
         raise ScheduleError(f"{source}: partition must be a list of [lo, hi] layer ranges") from None
-    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta, shards,
+    return Plan(parts, table, str(doc.get("model", "")), str(doc.get("cluster", "")), meta, pieces,
                 SchedulePolicy.from_doc(policy, source) if policy is not None else None)
 
 

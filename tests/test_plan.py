@@ -1,4 +1,4 @@
-"""Partition (one value, three views), the min-max DP, and Plan.shards (typed, legacy meta read)."""
+"""Partition (one value, three views), the min-max DP, and Plan.pieces (typed, legacy meta read)."""
 import itertools
 
 import numpy as np
@@ -61,23 +61,23 @@ def test_min_max_ties_take_the_latest_or_the_earliest_cut():
     assert min_max_partition(lambda s: np.full((5, 5), np.inf), 2, 4, latest_ties=True) is None
 
 
-def test_plan_holds_a_partition_and_typed_shards():
+def test_plan_holds_a_partition_and_typed_pieces():
     table = one_f_one_b(2, 2)
-    plan = Plan(((0, 3), (3, 5)), table, shards={"4": 2})
+    plan = Plan(((0, 3), (3, 5)), table, pieces={"4": 2})
     assert isinstance(plan.partition, Partition) and plan.partition.sizes == (3, 2)
-    assert plan.shards == {4: 2} and plan.meta == {}
-    legacy = Plan(((0, 3), (3, 5)), table, meta={"origin": "x", "shards": {"4": 2}})
-    assert legacy.shards == {4: 2} and legacy.meta == {"origin": "x"} and legacy == plan
+    assert plan.pieces == {4: 2} and plan.meta == {}
+    legacy = Plan(((0, 3), (3, 5)), table, meta={"origin": "x", "pieces": {"4": 2}})
+    assert legacy.pieces == {4: 2} and legacy.meta == {"origin": "x"} and legacy == plan
     assert Plan(((0, 3), (3, 5)), table) != plan
     with pytest.raises(ConfigError, match="original layer index"):
-        Plan(((0, 3), (3, 5)), table, shards={"head": "two"})
+        Plan(((0, 3), (3, 5)), table, pieces={"head": "two"})
 
 
-def test_plan_json_keeps_shards_in_meta_both_ways():
+def test_plan_json_keeps_pieces_in_meta_both_ways():
     table = one_f_one_b(2, 2)
-    plan = Plan(((0, 3), (3, 5)), table, meta={"origin": "x"}, shards={4: 2})
+    plan = Plan(((0, 3), (3, 5)), table, meta={"origin": "x"}, pieces={4: 2})
     doc = plan_to_doc(plan)
-    assert doc["meta"] == {"origin": "x", "shards": {"4": 2}} and "shards" not in doc
+    assert doc["meta"] == {"origin": "x", "pieces": {"4": 2}} and "pieces" not in doc
     back = plan_from_doc(doc)
     assert back == plan and back.meta == {"origin": "x"}
-    assert "shards" not in plan_to_doc(Plan(((0, 3), (3, 5)), table))["meta"]
+    assert "pieces" not in plan_to_doc(Plan(((0, 3), (3, 5)), table))["meta"]

@@ -88,19 +88,19 @@ def test_bad_documents_say_what_is_wrong(tmp_path, changes, match):
         load_plan(_doc(tmp_path, **changes))
 
 
-def test_old_shard_provenance_keys_are_read_and_saved_under_the_new_names(tmp_path):
-    """Plans written before the layer pieces were called shards kept their provenance as
-    meta.split_names / meta.split_costs: both are read, and saving writes shard_names/shard_costs."""
+def test_old_piece_provenance_keys_are_read_and_saved_under_the_new_names(tmp_path):
+    """Plans written before the layer pieces were called pieces kept their provenance as
+    meta.split_names / meta.split_costs: both are read, and saving writes piece_names/piece_costs."""
     doc = plan_to_doc(make_plan(v_table(2, 2)))
-    doc["meta"].update({"shards": {"1": 2}, "split_names": {"1": "head"}, "split_costs": "rows"})
+    doc["meta"].update({"pieces": {"1": 2}, "split_names": {"1": "head"}, "split_costs": "rows"})
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc))
     plan = load_plan(path, check=False)
-    assert plan.shards == {1: 2}
-    assert plan.meta["shard_names"] == {"1": "head"} and plan.meta["shard_costs"] == "rows"
+    assert plan.pieces == {1: 2}
+    assert plan.meta["piece_names"] == {"1": "head"} and plan.meta["piece_costs"] == "rows"
     assert "split_names" not in plan.meta and "split_costs" not in plan.meta
     saved = json.loads(save_plan(plan, tmp_path / "new.json").read_text())["meta"]
-    assert saved["shard_names"] == {"1": "head"} and "split_names" not in saved
+    assert saved["piece_names"] == {"1": "head"} and "split_names" not in saved
 
 
 def test_unreadable_files(tmp_path):
@@ -152,3 +152,16 @@ def test_the_schedule_policy_round_trips_typed_with_its_warmup(tmp_path):
     del doc["meta"]["policy"]["kind_rank"]
     with pytest.raises(ScheduleError, match="kind_rank"):
         plan_from_doc(doc)
+
+
+def test_a_plan_file_from_before_the_pieces_rename_still_loads(tmp_path):
+    """Files that kept the split layers under `meta.shards` (and the provenance under shard_*)
+    load as `Plan.pieces` and save under the new names."""
+    table = v_table(2, 1)
+    doc = plan_to_doc(Plan(uniform_partition(4, 4), table))
+    doc["meta"].update({"shards": {"1": 2}, "shard_names": {"1": "mlp"}, "shard_costs": "model"})
+    old = plan_from_doc(doc, check=False)
+    assert dict(old.pieces) == {1: 2}
+    assert old.meta["piece_names"] == {"1": "mlp"} and old.meta["piece_costs"] == "model"
+    new = plan_to_doc(old)["meta"]
+    assert new["pieces"] == {"1": 2} and "shards" not in new and "shard_names" not in new

@@ -61,7 +61,7 @@ class OctoPipeAuthorsExperiment(ExperimentConfig):
     interleaved_chunks: int = setting(2, "chunks per device of the interleaved baseline", ge=1)
     baselines: tuple[str, ...] = setting(REQUIRED, "baseline schedules")
     tuner: bool = setting(True, "ask octopipe.tune.tune for the OctoPipe plan")
-    shard_layers: bool = setting(True, "let the tuner shard MLP/MoE/head rows (cut into pieces, "
+    split_layers: bool = setting(True, "let the tuner piece MLP/MoE/head rows (cut into pieces, "
                                        "each an even share of the measured row)")
     node: NodeSpec = setting(REQUIRED, "the device node of comm=node")
     authors_reference: AuthorsReference = setting(REQUIRED, "the figures to reproduce")
@@ -201,8 +201,8 @@ class RrfpExperiment(ExperimentConfig):
     multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this; they drive "
                                             "the ViT layers and the image tokens' share of the language "
                                             "layers (octopipe.sim.variability.image_share)", ge=1)
-    shard_share: float = setting(0.5, "both workloads: heavy layers (head, MLP) cut into pieces by the "
-                                      "planner's split_layers rule (octopipe.tune.sharding): of whole layers "
+    split_share: float = setting(0.5, "both workloads: heavy layers (head, MLP) cut into pieces by the "
+                                      "planner's split_layers rule (octopipe.tune.splitting): of whole layers "
                                       "and pieces capped at 1, 1/2, 1/4 of this share of a mean stage, the "
                                       "fewest pieces whose balanced partition's largest stage is within 1% "
                                       "of the lowest", gt=0)

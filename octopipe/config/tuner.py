@@ -52,13 +52,13 @@ class TunerConfig:
                                    "best table at most; 0: no polish", ge=0)
     polish_work: int = setting(100_000, "actions the polish's simulations may run in all (a large "
                                         "table gets fewer simulations)", ge=1)
-    shard_layers: Literal["auto", "force", "off"] = setting(
-        "auto", "shard head, MLP, MoE, attention and Mamba-2 layers (cut into pieces). auto: of "
-                "no shards and pieces capped at 1, 1/2, 1/4 of shard_share, the one with the best "
+    split_layers: Literal["auto", "force", "off"] = setting(
+        "auto", "piece head, MLP, MoE, attention and Mamba-2 layers (cut into pieces). auto: of "
+                "no pieces and pieces capped at 1, 1/2, 1/4 of split_share, the one with the best "
                 "bound (of those within 1% of it, the one whose best starting point the estimator "
                 "rates shortest, then the fewest pieces); "
-                "force: every layer heavier than shard_share; off: whole layers only")
-    shard_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
+                "force: every layer heavier than split_share; off: whole layers only")
+    split_share: float = setting(0.5, "piece cap, as a fraction of a device's even share (total "
                                       "work / devices)", gt=0)
 
     memory_budget: float | None = setting(

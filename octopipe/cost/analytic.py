@@ -53,7 +53,7 @@ from octopipe.cost.collectives import PassComm, static_bytes_per_param, tp_colle
 from octopipe.cost.table import CostTable
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.params import layer_params
-from octopipe.model.shard import carry_width, is_first, is_last, shard_span
+from octopipe.model.pieces import carry_width, is_first, is_last, piece_span
 from octopipe.model.spec import ModelSpec
 
 
@@ -105,7 +105,7 @@ class AnalyticCostModel(AnalyticCost):
         t = x.tokens or model.seq_len
         if x.kind is LayerKind.HEAD:
             t = model.seq_len
-        if x.shards > 1:
+        if x.pieces > 1:
             return _piece_work(x, t, t * b, self.flash_attention)
         gemm, core, bwd_factor = _flops_per_token(x, t)
         act, scores, w_act = _activations(x, t, self.flash_attention, self.dropout)
@@ -214,11 +214,11 @@ def analytic_costs(cost: AnalyticCost, model: ModelSpec, cluster: Cluster) -> Co
 
 
 def _piece_work(x: LayerSpec, s: int, n_tok: int, flash: bool) -> LayerWork:
-    """Work of one piece of a split layer (octopipe.model.shard) at sequence `s`: the split
+    """Work of one piece of a split layer (octopipe.model.pieces) at sequence `s`: the split
     dimension's GEMMs, cores and activations are divided; piece 0 keeps the norm (and the MoE
     router and shared experts); boundaries between pieces carry `carry_width` values per token."""
     h, first, last = x.hidden, is_first(x), is_last(x)
-    lo, hi = shard_span(x)
+    lo, hi = piece_span(x)
     in_norm = 4.0 * h if first else 2.0 * h           # norm in + out, or the carried norm output
     core = bwd = scores = 0.0
     if x.kind is LayerKind.HEAD:

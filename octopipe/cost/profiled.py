@@ -89,7 +89,7 @@ def layer_input(model: ModelSpec, index: int, device: torch.device) -> torch.Ten
     first layer), except that a piece after the first of a split layer gets the carry its
     preceding pieces compute from such activations (an MoE piece must see top-k gates, whose
     zeros decide the tokens its experts run on, not noise)."""
-    start = index - model.layers[index].shard
+    start = index - model.layers[index].piece
     gen = torch.Generator().manual_seed(index)
     x = torch.randn(carry_shape(model, start - 1), generator=gen) if start > 0 else None
     if start < index:

@@ -32,14 +32,14 @@ from octopipe.cost.profile_format import load_preset
 from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.experiments.octopipe_authors import shard_shares
+from octopipe.experiments.octopipe_authors import split_shares
 from octopipe.model.build import build_model
 from octopipe.modes.artifacts import json_artifact, text_artifact
-from octopipe.modes.inputs import Inputs, sharder_for
+from octopipe.modes.inputs import Inputs, splitter_for
 from octopipe.modes.result import Artifact, Result
 from octopipe.progress import track_cases
 from octopipe.tune import TuneOptions, tune
-from octopipe.tune.sharding import LayerSharder, row_sharder
+from octopipe.tune.splitting import LayerSplitter, row_splitter
 
 FULL = tuple(LEVERS)
 
@@ -57,7 +57,7 @@ class Workload:
     source: str                  # "preset" | "profile"
     costs: CostTable
     cluster: Cluster
-    sharder: LayerSharder | None
+    splitter: LayerSplitter | None
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,12 @@ def workloads(exp: AblationExperiment, inputs: Inputs) -> list[Workload]:
         model = build_model(preset("model", name))
         cost = cfg.cost if isinstance(cfg.cost, AnalyticCost) else AnalyticCost()
         costs = cost_table(cost, model, cluster)
-        out.append(Workload(name, "preset", costs, cluster, sharder_for(cost, model, cluster, costs)))
+        out.append(Workload(name, "preset", costs, cluster, splitter_for(cost, model, cluster, costs)))
     for name in exp.profiles:
         prof = load_preset(name)
         costs = profile_cost_table(prof, ProfileOptions(), tuple(k.name for k in cluster.kinds))
-        ok, fixed = shard_shares(prof, costs)
-        out.append(Workload(name, "profile", costs, cluster, row_sharder(costs, ok, fixed)))
+        ok, fixed = split_shares(prof, costs)
+        out.append(Workload(name, "profile", costs, cluster, row_splitter(costs, ok, fixed)))
     return out
 
 
@@ -101,7 +101,7 @@ def run_workload(w: Workload, exp: AblationExperiment, tuner: TunerConfig, seed:
         cfg = replace(tuner, levers=levers, max_evaluations=exp.max_evaluations)
         t0 = time.perf_counter()
         res = tune(w.costs, w.cluster, exp.devices, exp.microbatches, TuneOptions(
-            cfg, seed=seed, model=w.name, sharder=w.sharder,
+            cfg, seed=seed, model=w.name, splitter=w.splitter,
             plans=plans if levers == FULL else ()))
         plans.append(res.plan)
         best = res.best_baseline()

@@ -53,7 +53,7 @@ from octopipe.sim import simulate
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.bounds import device_bound, lower_bound
 from octopipe.tune.candidate import Problem
-from octopipe.tune.sharding import row_sharder
+from octopipe.tune.splitting import row_splitter
 
 # layer kinds a profile row may split by (rows carry no head or group counts)
 ROW_SPLIT_KINDS = frozenset(k.value for k in (LayerKind.HEAD, LayerKind.MLP, LayerKind.MOE))
@@ -118,7 +118,7 @@ def simulate_makespan_s(plan: Plan, costs: CostTable, cluster: Cluster) -> float
     return float(simulate(plan, costs, cluster).makespan)
 
 
-def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
+def split_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     """Which profile rows may split and the share of each that cannot.
 
     A row may split when one of its label parts is an MLP, MoE or LM head (`ROW_SPLIT_KINDS`:
@@ -135,31 +135,31 @@ def shard_shares(profile, costs: CostTable) -> tuple[list[bool], list[float]]:
     ok, fixed = [], []
     for lab in labels:
         parts = label_parts(lab) if lab else ()
-        shardable = [p for p in parts if kinds.get(p) in ROW_SPLIT_KINDS]
-        if not shardable or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
+        splittable = [p for p in parts if kinds.get(p) in ROW_SPLIT_KINDS]
+        if not splittable or any(p not in means for p in parts) or sum(means[p] for p in parts) <= 0:
             ok.append(False)
             fixed.append(0.0)
             continue
         ok.append(True)
-        fixed.append(sum(means[p] for p in parts if p not in shardable) / sum(means[p] for p in parts))
+        fixed.append(sum(means[p] for p in parts if p not in splittable) / sum(means[p] for p in parts))
     return ok, fixed
 
 
 def run_octopipe_tuner(costs: CostTable, cluster: Cluster, case: Case, tuner_cfg: TunerConfig,
-                       solver_cfg: SolverConfig, seed: int, shardable: Sequence[bool] = (),
+                       solver_cfg: SolverConfig, seed: int, splittable: Sequence[bool] = (),
                        fixed: Sequence[float] | None = None) -> tuple[Plan, float, CostTable]:
     """The OctoPipe plan for one case, the tuner's seconds and the costs its layers index (the
     profile's rows, or them split into pieces).
 
     The experiment's only call into the tuner: `octopipe.tune.tune(costs, cluster, n_devices,
-    n_microbatches, ...)`. `shardable[i]`: row i may be divided into pieces (rows with an MLP,
-    MoE or head part; pieces were not measured: they share the shardable part of the row
-    evenly, and the first keeps the `fixed[i]` share that cannot split, see `shard_shares`).
+    n_microbatches, ...)`. `splittable[i]`: row i may be divided into pieces (rows with an MLP,
+    MoE or head part; pieces were not measured: they share the splittable part of the row
+    evenly, and the first keeps the `fixed[i]` share that cannot split, see `split_shares`).
     """
-    shardable = list(shardable) or [False] * costs.n_layers
+    splittable = list(splittable) or [False] * costs.n_layers
     result = tune(costs, cluster, case.devices, case.microbatches, TuneOptions(
         tuner_cfg, solver_cfg, seed=seed, model=case.profile,
-        sharder=row_sharder(costs, shardable, fixed)))
+        splitter=row_splitter(costs, splittable, fixed)))
     return result.plan, float(result.tuner_seconds), result.costs
 
 
@@ -204,7 +204,7 @@ def evaluate_case(case: Case, name: str, plan: Plan, costs: CostTable, cluster: 
     return Outcome(case, name, simulate(plan, costs, cluster),
                    device_busy_s(costs, plan, cluster, m), lower_bound_s(costs, case.devices, m),
                    plan.partition, plan.placement, tuner_s, device_bound,
-                   dict(plan.shards))
+                   dict(plan.pieces))
 
 
 def device_bound_s(costs: CostTable, cluster: Cluster, case: Case) -> float:
@@ -295,10 +295,10 @@ def run_cases(exp: OctoPipeAuthorsExperiment, cost_opts: ProfileOptions, tuner_c
         for name, plan in baseline_plans(costs, case.devices, case.microbatches, chunks, names).items():
             res.outcomes.append(evaluate_case(case, name, plan, costs, cluster))
         if res.tuner:
-            shardable, fixed = (shard_shares(load_preset(case.profile), costs)
-                                 if exp.shard_layers else ([], None))
+            splittable, fixed = (split_shares(load_preset(case.profile), costs)
+                                 if exp.split_layers else ([], None))
             plan, seconds, plan_costs = run_octopipe_tuner(costs, cluster, case, tuner_cfg, solver_cfg,
-                                                           seed, shardable, fixed)
+                                                           seed, splittable, fixed)
             key = (case.profile, case.devices, case.microbatches)
             if key not in bounds:
                 bounds[key] = device_bound_s(costs, cluster, case)

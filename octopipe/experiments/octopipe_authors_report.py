@@ -106,7 +106,7 @@ def report_items(res: Results) -> tuple[Any, ...]:
     """The terminal report: the results table, the conventions check and the note."""
     t = Table(title="experiment=octopipe_authors: makespan, efficiency vs lower bound, bubbles")
     for col in ("model", "p", "m", "comm", "schedule", "ms", "eff", "eff dev", "bubble",
-                "per device %", "shards", "tuner s"):
+                "per device %", "pieces", "tuner s"):
         t.add_column(col, justify="left" if col in ("model", "comm", "schedule") else "right")
     for case, outs in _by_case(res.outcomes).items():
         for o in outs:
@@ -115,7 +115,7 @@ def report_items(res: Results) -> tuple[Any, ...]:
                       "" if not o.device_bound_s else f"{o.device_bound_s / o.makespan_s:.3f}",
                       f"{o.bubble_ratio.mean():.1%}",
                       "/".join(f"{100 * x:.0f}" for x in o.bubble_ratio),
-                      _shard_text(o.shards),
+                      _piece_text(o.pieces),
                       "" if o.tuner_s is None else f"{o.tuner_s:.1f}")
         t.add_section()
     c = Table(title="the authors' tool's baseline conventions on its quoted case (comm free)")
@@ -236,7 +236,7 @@ def _report_md(res: Results, summary: dict) -> str:
              "bound "
              "(total work / devices) / makespan; eff dev = the device bound (whole layers per device, "
              "each device's unavoidable fill and drain; octopipe.tune.bounds) / makespan, which a "
-             "plan that splits rows into pieces may pass (above 1); shards = rows split and their "
+             "plan that splits rows into pieces may pass (above 1); pieces = rows split and their "
              "pieces (each piece an even share of its measured row); bubble = idle share of the makespan per device. "
              "`comm=free` charges nothing for transfers (the authors' tool's assumption), "
              "`comm=node` charges latency + bytes / bandwidth on the node's links.", ""]
@@ -245,7 +245,7 @@ def _report_md(res: Results, summary: dict) -> str:
     if res.note:
         lines += ["", res.note]
     lines += ["", "| profile | p | m | comm | schedule | makespan ms | efficiency | eff dev | mean bubble | "
-              "per-device bubble % | cross-device boundaries | shards | speedup vs best baseline | tuner s |",
+              "per-device bubble % | cross-device boundaries | pieces | speedup vs best baseline | tuner s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
         sp = r.get("speedup_vs_best_baseline")
@@ -258,7 +258,7 @@ def _report_md(res: Results, summary: dict) -> str:
             f"| {r['profile']} | {r['devices']} | {r['microbatches']} | {r['comm']} | "
             f"{r['schedule']} | {r['makespan_ms']:.1f} | {r['efficiency_vs_lower_bound']:.3f} | {effd} | "
             f"{r['bubble_ratio_mean']:.1%} | {bubbles} | {r.get('cross_device_boundaries', '')} | "
-            f"{_shard_text({int(k): v for k, v in (r.get('shard_rows') or {}).items()})} | {sp} | {tuner} |")
+            f"{_piece_text({int(k): v for k, v in (r.get('split_rows') or {}).items()})} | {sp} | {tuner} |")
     for key in ("geomean_speedup_vs_best_baseline", "min_efficiency_vs_lower_bound",
                 "min_efficiency_vs_device_bound",
                 "reference_case", "speedup_retained_with_comm"):
@@ -272,6 +272,6 @@ def _report_md(res: Results, summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shard_text(shards: Mapping[int, int]) -> str:
+def _piece_text(pieces: Mapping[int, int]) -> str:
     """'3 → 6' (rows split → pieces) or '' for whole rows."""
-    return f"{len(shards)} → {sum(shards.values())}" if shards else ""
+    return f"{len(pieces)} → {sum(pieces.values())}" if pieces else ""

@@ -35,7 +35,7 @@ class Outcome:
     placement: tuple[int, ...]
     tuner_s: float | None = None
     device_bound_s: float | None = None    # whole layers + fill/drain (octopipe.tune.bounds)
-    shards: dict = field(default_factory=dict)   # profile row -> pieces the plan split it into
+    pieces: dict = field(default_factory=dict)   # profile row -> pieces the plan split it into
 
     @property
     def bubble_ratio(self) -> np.ndarray:
@@ -66,7 +66,7 @@ class Outcome:
             "device_bound_ms": None if self.device_bound_s is None else self.device_bound_s * 1e3,
             "efficiency_vs_device_bound": (None if self.device_bound_s is None
                                            else self.device_bound_s / self.makespan_s),
-            "shard_rows": {str(k): v for k, v in self.shards.items()},
+            "split_rows": {str(k): v for k, v in self.pieces.items()},
         }
 
 

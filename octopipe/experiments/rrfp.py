@@ -42,7 +42,7 @@ task the agreement time per agreed task (`agreement_s`) of a separate calibratio
 its own run (`ready_first_agreement_s`), its rounds per task and its microseconds per round.
 
 Both workloads get one pipeline-shape rule (`split_layers`, the planner's split_layers rule of
-`octopipe.tune.sharding`, `experiment.shard_share`): heavy layers (the LM head by vocabulary, MLPs
+`octopipe.tune.splitting`, `experiment.split_share`): heavy layers (the LM head by vocabulary, MLPs
 by FFN width) are cut into pieces where that lowers the balanced partition's largest stage. With
 whole layers (the head in a few pieces) 8 stages are bound by one stage (tiny_hybrid 1.39x the
 mean, tiny_vlm 1.44x: two head pieces), which leaves dispatch order little to win; cut, they are

@@ -15,13 +15,13 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.analytic import analytic_costs
 from octopipe.cost.table import CostTable
 from octopipe.model.build import build_model
-from octopipe.model.shard import shard_model
+from octopipe.model.pieces import split_model
 from octopipe.model.spec import ModelSpec
 from octopipe.plan import Partition, Plan
 from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster
 from octopipe.schedule.library import build_schedule
-from octopipe.tune.sharding import model_sharder
+from octopipe.tune.splitting import model_splitter
 
 LINK = Link("loopback", 5e8, 1e-4)
 
@@ -77,21 +77,21 @@ def setup_model(ex: RrfpExperiment, workload: str) -> ModelSpec:
 
 def split_layers(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable], n: int,
                  share: float) -> ModelSpec:
-    """`model` with its heavy layers cut into pieces (`octopipe.model.shard`: the head by
+    """`model` with its heavy layers cut into pieces (`octopipe.model.pieces`: the head by
     vocabulary, MLPs by FFN width) as the planner's split_layers lever chooses them
-    (`octopipe.tune.sharding`): of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a
+    (`octopipe.tune.splitting`): of whole layers and pieces capped at 1, 1/2 and 1/4 of `share` x a
     mean stage, the fewest pieces whose bound is within 1% of the lowest; the bound here is the
     largest stage of the balanced partition this experiment runs. Both workloads get the same
     rule: a partition bound by one stage leaves dispatch order little to win."""
-    sharder = model_sharder(model, costs_of)
+    splitter = model_splitter(model, costs_of)
     work = layer_work(costs_of(model))
     scored = []
-    for counts in sharder.options(work, n, share):
-        w = layer_work(sharder.costs_for(counts)) if counts else work
+    for counts in splitter.options(work, n, share):
+        w = layer_work(splitter.costs_for(counts)) if counts else work
         scored.append((stage_max(w, n), sum(counts.values()), counts))
     best = min(b for b, _, _ in scored)
     _, _, counts = min((x for x in scored if x[0] <= best * 1.01), key=lambda x: x[1])
-    return shard_model(model, counts) if counts else model
+    return split_model(model, counts) if counts else model
 
 
 def layer_work(costs: CostTable) -> np.ndarray:
@@ -126,7 +126,7 @@ def setup(ex: RrfpExperiment, workload: str, compute: str, tp: int = 1) -> Setup
 
     def costs_of(m: ModelSpec) -> CostTable:
         return analytic_costs(cost, m, local_cluster(n, LINK))
-    model = split_layers(whole, costs_of, n, ex.shard_share)
+    model = split_layers(whole, costs_of, n, ex.split_share)
     costs = costs_of(model)
     part = Partition.balanced(layer_work(costs), n)
     plans = {s: Plan(part, build_schedule(s, n, m), model=model.name) for s in ("1f1b", "zbh1")}

@@ -10,7 +10,7 @@ from octopipe.layers.mlp import MLP, MoE
 from octopipe.layers.pieces import build_piece, load_pieces, origins, whole_spec
 from octopipe.layers.ssm import Mamba1, Mamba2
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import carry_width, is_last
+from octopipe.model.pieces import carry_width, is_last
 from octopipe.model.spec import ModelSpec
 
 _SPEC_ONLY: dict[LayerKind, type[nn.Module]] = {
@@ -41,16 +41,16 @@ def build_layer(model: ModelSpec, index: int, seed: int = 0) -> nn.Module:
     """Layer `index` of `model`, initialized from (seed, index) alone, so that any process that
     builds it (a pipeline rank or the single-process reference) gets the same weights.
 
-    A piece of a split layer (`octopipe.model.shard`) holds its slice of the whole layer as the
-    unsharded model builds it, and every layer is seeded by its index in the unsharded model: a
-    sharded model starts from the same weights, so it computes the same losses and gradients."""
+    A piece of a split layer (`octopipe.model.pieces`) holds its slice of the whole layer as the
+    unsplit model builds it, and every layer is seeded by its index in the unsplit model: a
+    split model starts from the same weights, so it computes the same losses and gradients."""
     spec = model.layers[index]
     origin = origins(model)[index]
     prev = model.layers[index - 1] if index > 0 else None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1_000_003 + origin)
-        whole = _module(model, whole_spec(spec) if spec.shards > 1 else spec, prev)
-    if spec.shards == 1:
+        whole = _module(model, whole_spec(spec) if spec.pieces > 1 else spec, prev)
+    if spec.pieces == 1:
         return whole
     piece = build_piece(spec)
     load_pieces(whole, [piece])

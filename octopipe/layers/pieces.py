@@ -1,7 +1,7 @@
-"""Pieces of a split layer (`octopipe.model.shard`) as modules, and the weight map between a
+"""Pieces of a split layer (`octopipe.model.pieces`) as modules, and the weight map between a
 whole layer and its pieces.
 
-A piece that is not the last returns the carry `shard.carry_width` wide; the next piece unpacks
+A piece that is not the last returns the carry `piece.carry_width` wide; the next piece unpacks
 it, so the pipeline sends one tensor between pieces as between layers and autograd carries the
 gradient back through it: the chain computes the whole layer's output (or loss) and every
 gradient, only the order of some floating-point additions differs.
@@ -21,8 +21,8 @@ gradient, only the order of some floating-point additions differs.
   output projection to the residual.
 
 Weights: `piece_source` says where each piece parameter lives in the whole layer, `load_pieces`
-copies a whole layer into its pieces and `shard_state_dict` converts a whole model's state (or
-gradients) to the names of its sharded form.
+copies a whole layer into its pieces and `pieces_state_dict` converts a whole model's state (or
+gradients) to the names of its split form.
 """
 from __future__ import annotations
 
@@ -38,16 +38,16 @@ from octopipe.layers.attention import Attention
 from octopipe.layers.mlp import FeedForward, top_k_route
 from octopipe.layers.ssm import Mamba2
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import is_first, is_last, shard_span
+from octopipe.model.pieces import is_first, is_last, piece_span
 from octopipe.model.spec import ModelSpec
 
 
 def _mark(piece: nn.Module, spec: LayerSpec) -> None:
     """Record on `piece` which piece of its layer it is: `spec`, its span [lo, hi), first, last."""
-    if spec.shards < 2:
-        raise ValueError(f"layer {spec.label}: shards={spec.shards}; a piece needs shards >= 2")
+    if spec.pieces < 2:
+        raise ValueError(f"layer {spec.label}: pieces={spec.pieces}; a piece needs pieces >= 2")
     piece.spec = spec
-    piece.lo, piece.hi = shard_span(spec)
+    piece.lo, piece.hi = piece_span(spec)
     piece.first, piece.last = is_first(spec), is_last(spec)
 
 
@@ -169,7 +169,7 @@ class AttentionPiece(_MixerPiece, Attention):
     """Key/value heads [lo, hi) of a pre-norm residual attention layer, with their query heads."""
 
     def __init__(self, spec: LayerSpec) -> None:
-        lo, hi = shard_span(spec)
+        lo, hi = piece_span(spec)
         Attention.__init__(self, spec, kv_heads=hi - lo, norm=is_first(spec), o_bias=is_first(spec))
         _mark(self, spec)
 
@@ -178,7 +178,7 @@ class Mamba2Piece(_MixerPiece, Mamba2):
     """Groups [lo, hi) of a pre-norm residual Mamba-2 layer, with their heads."""
 
     def __init__(self, spec: LayerSpec) -> None:
-        lo, hi = shard_span(spec)
+        lo, hi = piece_span(spec)
         Mamba2.__init__(self, spec, groups=hi - lo, norm=is_first(spec))
         _mark(self, spec)
 
@@ -189,7 +189,7 @@ PIECES: dict[LayerKind, type[nn.Module]] = {LayerKind.HEAD: HeadPiece, LayerKind
 
 
 def build_piece(spec: LayerSpec) -> nn.Module:
-    """The module of piece `spec.shard` of `spec.shards` (freshly initialized; see `load_pieces`)."""
+    """The module of piece `spec.piece` of `spec.pieces` (freshly initialized; see `load_pieces`)."""
     if spec.kind not in PIECES:
         raise ValueError(f"layer {spec.label}: {spec.kind.value} layers do not split")
     return PIECES[spec.kind](spec)
@@ -197,7 +197,7 @@ def build_piece(spec: LayerSpec) -> nn.Module:
 
 def whole_spec(spec: LayerSpec) -> LayerSpec:
     """The shape of the layer a piece was cut from."""
-    return replace(spec, shard=0, shards=1)
+    return replace(spec, piece=0, pieces=1)
 
 
 class Source(NamedTuple):
@@ -212,7 +212,7 @@ class Source(NamedTuple):
 
 def piece_source(spec: LayerSpec, name: str) -> Source:
     """Where parameter `name` of piece `spec` lives in the whole layer."""
-    lo, hi = shard_span(spec)
+    lo, hi = piece_span(spec)
     span = torch.arange(lo, hi)
     if spec.kind is LayerKind.HEAD and name == "proj.weight":
         return Source(name, 0, span, spec.vocab)
@@ -305,17 +305,17 @@ def load_pieces(whole: nn.Module, pieces: Sequence[nn.Module]) -> None:
 
 
 def origins(model: ModelSpec) -> list[int]:
-    """`out[j]` = the index, in the unsharded model, of the layer that layer j belongs to."""
+    """`out[j]` = the index, in the unsplit model, of the layer that layer j belongs to."""
     out, i = [], -1
     for x in model.layers:
-        i += x.shard == 0
+        i += x.piece == 0
         out.append(i)
     return out
 
 
-def shard_state_dict(model: ModelSpec, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def pieces_state_dict(model: ModelSpec, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A whole model's tensors named `layers.<index>.<param>` (a StageModule's state or
-    gradients) converted to the names and slices of the sharded `model` (`shard_model`'s output)."""
+    gradients) converted to the names and slices of the split `model` (`split_model`'s output)."""
     out: dict[str, torch.Tensor] = {}
     by_layer: dict[int, dict[str, torch.Tensor]] = {}
     for key, t in state.items():
@@ -325,7 +325,7 @@ def shard_state_dict(model: ModelSpec, state: Mapping[str, torch.Tensor]) -> dic
         by_layer.setdefault(int(index), {})[rest] = t
     for j, (x, o) in enumerate(zip(model.layers, origins(model))):
         whole = by_layer.get(o, {})
-        if x.shards == 1:
+        if x.pieces == 1:
             out.update({f"layers.{j}.{k}": t for k, t in whole.items()})
             continue
         with torch.device("meta"):

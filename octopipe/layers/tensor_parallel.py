@@ -222,7 +222,7 @@ class TPHead(nn.Module):
 
 def tp_layer(whole: nn.Module, spec: LayerSpec, t: int, tp: int, group) -> nn.Module:
     """Rank t's tensor-parallel variant of `whole` (layer `spec`), or `whole` itself (replicated)."""
-    if tp == 1 or spec.shards > 1:
+    if tp == 1 or spec.pieces > 1:
         return whole
     kind = {LayerKind.ATTENTION: TPAttention, LayerKind.MLP: TPMLP, LayerKind.MOE: TPMoE,
             LayerKind.HEAD: TPHead}.get(spec.kind)

@@ -146,7 +146,7 @@ class LayoutEvaluator:
         when it is faster; None when nothing fits."""
         cfg = self.cfg
         tuner = dict(time_budget_s=600.0, max_iters=cfg.tune_iters, patience=cfg.tune_iters,
-                     polish_sims=0, ilp=False, finalists=2, smt_max_actions=1, shard_layers="off",
+                     polish_sims=0, ilp=False, finalists=2, smt_max_actions=1, split_layers="off",
                      max_chunks=cfg.tune_chunks)
         costs, cl = self.costs(layout, level), self.grid.pipeline(layout)
         m_tune = min(layout.microbatches, cfg.tune_microbatches)
@@ -256,8 +256,8 @@ class LayoutEvaluator:
         for s, (lo, hi) in enumerate(plan.partition):
             link = self.grid.dp_link(layout, int(plan.placement[s]))
             if link is not None:
-                shard = float(costs.params[lo:hi].sum()) / layout.tp
-                out[s] = dp_sync_seconds(shard, layout.dp, link, self.cfg.zero, self.base.grad_bytes,
+                piece = float(costs.params[lo:hi].sum()) / layout.tp
+                out[s] = dp_sync_seconds(piece, layout.dp, link, self.cfg.zero, self.base.grad_bytes,
                                          self.base.collective_algorithm)
         return out
 

@@ -34,7 +34,7 @@ from octopipe.model.validate import validate_layer, validate_model
 VISION_KEYS = ("hidden", "tokens", "patch", "temporal_patch", "channels", "depth", "heads",
                "ffn", "activation", "bias", "merge", "projector_ffn")
 _LAYER_FIELDS = {f.name for f in fields(LayerSpec)} - {"kind", "name", "tokens", "vocab",
-                                                        "shard", "shards"}
+                                                        "piece", "pieces"}
 
 
 def _int(where: str, value: Any) -> int:

@@ -74,9 +74,9 @@ class LayerSpec:
     temporal_patch: int = 1            # frames per patch (Qwen2-VL's Conv3d patch embedding uses 2)
     in_hidden: int = 0                 # projector input width (ViT hidden × merge factor)
     tokens: int = 0
-    # sub-layer sharding (octopipe.model.shard): this is piece `shard` of `shards` of one layer
-    shard: int = 0
-    shards: int = 1
+    # sub-layer splitting (octopipe.model.pieces): this is piece `piece` of `pieces` of one layer
+    piece: int = 0
+    pieces: int = 1
 
     @property
     def label(self) -> str:

@@ -8,7 +8,7 @@ router, top-k routed and the shared experts), the "active" figure model cards qu
 from __future__ import annotations
 
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import shard_span
+from octopipe.model.pieces import piece_span
 from octopipe.model.spec import ModelSpec
 
 
@@ -82,11 +82,11 @@ def _vit_block_params(x: LayerSpec) -> int:
 
 
 def _piece_params(x: LayerSpec, active: bool) -> int:
-    """Parameters of one piece of a split layer (octopipe.model.shard): the norm, router, shared
+    """Parameters of one piece of a split layer (octopipe.model.pieces): the norm, router, shared
     experts and the down (or output) projection's bias belong to piece 0; the split dimension is
     divided."""
-    lo, hi = shard_span(x)
-    h, first = x.hidden, x.shard == 0
+    lo, hi = piece_span(x)
+    h, first = x.hidden, x.piece == 0
     if x.kind is LayerKind.HEAD:
         return (h if first else 0) + h * (hi - lo)
     if x.kind is LayerKind.MLP:
@@ -108,7 +108,7 @@ def _piece_params(x: LayerSpec, active: bool) -> int:
 def layer_params(x: LayerSpec, active: bool = False) -> int:
     """Parameters of one layer; `active=True` counts only what one token uses (MoE top-k)."""
     k, h = x.kind, x.hidden
-    if x.shards > 1:
+    if x.pieces > 1:
         return _piece_params(x, active)
     if k is LayerKind.EMBEDDING:
         return x.vocab * h

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
-from octopipe.model.shard import SHARD_DIM, split_extent
+from octopipe.model.pieces import SPLIT_DIM, split_extent
 from octopipe.model.spec import ModelSpec
 
 ACTIVATIONS = ("swiglu", "gelu", "relu2")
@@ -62,14 +62,14 @@ def validate_layer(x: LayerSpec, where: str = "layer") -> LayerSpec:
         if x.shared_experts and x.shared_ffn <= 0:
             _fail(where, "shared_ffn", x.shared_ffn,
                   f"must be positive when shared_experts={x.shared_experts}")
-    if x.shards < 1 or x.shard >= x.shards:
-        _fail(where, "shard", x.shard, f"must be in [0, shards={x.shards}) with shards >= 1")
-    if x.shards > 1:
-        if k not in SHARD_DIM:
-            _fail(where, "shards", x.shards, f"{k.value} layers do not split; shardable: "
-                  f"{', '.join(d.value for d in SHARD_DIM)}")
-        if x.shards > split_extent(x):
-            _fail(where, "shards", x.shards, f"exceeds {SHARD_DIM[k]}={split_extent(x)}"
+    if x.pieces < 1 or x.piece >= x.pieces:
+        _fail(where, "piece", x.piece, f"must be in [0, pieces={x.pieces}) with pieces >= 1")
+    if x.pieces > 1:
+        if k not in SPLIT_DIM:
+            _fail(where, "pieces", x.pieces, f"{k.value} layers do not split; splittable: "
+                  f"{', '.join(d.value for d in SPLIT_DIM)}")
+        if x.pieces > split_extent(x):
+            _fail(where, "pieces", x.pieces, f"exceeds {SPLIT_DIM[k]}={split_extent(x)}"
                   + (" (QK-norm attention does not split)" if x.qk_norm else ""))
     if k is LayerKind.MAMBA2 and x.ssm_heads % x.ssm_groups:
         _fail(where, "ssm_groups", x.ssm_groups, f"must divide ssm_heads={x.ssm_heads}")

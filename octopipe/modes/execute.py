@@ -4,8 +4,8 @@ The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatc
 evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
 tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
 
-A plan with `shards` (the tuner's split layers: original layer index -> pieces) runs
-the model with those layers split (`octopipe.model.shard`, `plan_model`): its partition indexes
+A plan with `pieces` (the tuner's split layers: original layer index -> pieces) runs
+the model with those layers split (`octopipe.model.pieces`, `plan_model`): its partition indexes
 the pieces; the stages, the reference gradients, the profiled costs and the calibration are those
 of the split model, which starts from the unsplit model's weights (so its loss is the same).
 
@@ -51,7 +51,7 @@ shared jitter model, from base stage times (observed / drawn factor), and its `e
 `tp` and `agreement` (runtime.tp > 1 under ready_first: RRFP's scalar all-gather, microseconds
 per round, rounds per task, its largest share of a rank's iteration; null otherwise): with
 compute=real each stage is split Megatron-style over its TP ranks (octopipe/runtime/README.md)
-and the gradient check compares the assembled shards with the single-process reference.
+and the gradient check compares the assembled pieces with the single-process reference.
 `simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B
 times observed in the measured iterations: on a shared, loaded CPU this separates the simulator's
 model of the schedule (dependencies, transfers, dispatch) from the drift between offline
@@ -89,7 +89,7 @@ from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import json_artifact, plan_artifacts
-from octopipe.modes.inputs import Inputs, sharder_for
+from octopipe.modes.inputs import Inputs, splitter_for
 from octopipe.modes.result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
@@ -103,7 +103,7 @@ from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
 from octopipe.sim.simulator import ReadyFirst, Simulator
-from octopipe.tune.sharding import LayerSharder, model_sharder
+from octopipe.tune.splitting import LayerSplitter, model_splitter
 from octopipe.tune.tuner import TuneOptions, tune
 
 FALLBACK_MODEL = "tiny_hybrid"
@@ -164,12 +164,12 @@ def n_ranks(inputs: Inputs) -> int:
     return inputs.config.pp if inputs.config.pp is not None else inputs.cluster.n_devices
 
 
-def _sharder(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> LayerSharder | None:
+def _splitter(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster) -> LayerSplitter | None:
     """How the tuner may split heavy layers: real compute measures each piece (`cost=profiled`);
     emulated compute splits as the planner does for the configured costs."""
     if inputs.config.runtime.compute == "real":
-        return model_sharder(model, lambda m: _cost_table(inputs.config, m, cluster))
-    return sharder_for(inputs.config.cost, model, cluster, costs)
+        return model_splitter(model, lambda m: _cost_table(inputs.config, m, cluster))
+    return splitter_for(inputs.config.cost, model, cluster, costs)
 
 
 def _with_schedule(cfg: Config, name: str | None) -> Config:
@@ -188,16 +188,16 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
         if sub.schedule.name == "octopipe" and not path:
             res = tune(costs, cluster, n_ranks(inputs), cfg.microbatches, TuneOptions(
                 cfg.tuner, cfg.solver, seed=cfg.seed, model=model.name,
-                sharder=_sharder(inputs, model, costs, cluster)))
+                splitter=_splitter(inputs, model, costs, cluster)))
             plan = res.plan
             plans.append(Plan(plan.partition, replace(plan.table, name="octopipe"), model.name,
-                              cluster.name, plan.meta, plan.shards))
+                              cluster.name, plan.meta, plan.pieces))
             continue
-        if path and Path(path).suffix.lower() == ".json":     # keep its meta (shards)
+        if path and Path(path).suffix.lower() == ".json":     # keep its meta (pieces)
             plan = load_plan(Path(path))
             plan_model(model, plan)
             plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
-                              {**plan.meta, "source": f"schedule.file={path}"}, plan.shards))
+                              {**plan.meta, "source": f"schedule.file={path}"}, plan.pieces))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
         refuse_flushing(table.name, "mode=execute")   # issue 15: no silent flush
@@ -321,7 +321,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         run_model = plan_model(model, plan)
         if run_model not in model_costs:
             if run_model is not model:
-                report.append(f"plan {plan.table.name}: layers split as shards={plan.shards} "
+                report.append(f"plan {plan.table.name}: layers split as pieces={plan.pieces} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = job.costs if run_model is model else costs_of(run_model)
         plan_job = replace(job, plan=plan, model=run_model, costs=model_costs[run_model], pinned=pin)
@@ -365,11 +365,11 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                           f"{100 * agreed['max_share_of_iteration']:.1f}% of a rank's iteration")
     first = rows[0]
     calibration = calibrations[keys[0]]
-    shards = plans[0].shards
+    pieces = plans[0].pieces
     errs = [c.grad_check_max_rel_err for c in rows if c.grad_check_max_rel_err is not None]
     summary = {
         "model": model.name, "compute": config.compute, "dispatch": config.dispatch, **links,
-        "shard_layers": {str(k): int(v) for k, v in shards.items()} if shards else None,
+        "split_layers": {str(k): int(v) for k, v in pieces.items()} if pieces else None,
         "n_devices": plans[0].table.n_devices, "microbatches": plans[0].table.n_microbatches,
         "measured_iteration_s": first.measured_iteration_s,
         "simulated_iteration_s": first.simulated_iteration_s,

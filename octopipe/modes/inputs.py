@@ -1,5 +1,5 @@
 """What a mode works on, built once by the dispatcher: the typed config and, on first use, the
-model, the cluster, the costs and the layer sharder (a mode that needs none builds none)."""
+model, the cluster, the costs and the layer splitter (a mode that needs none builds none)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -15,29 +15,29 @@ from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
-from octopipe.model.shard import shardable, split_extent
+from octopipe.model.pieces import split_extent, splittable
 from octopipe.model.spec import ModelSpec
-from octopipe.tune.sharding import LayerSharder, model_sharder, row_sharder
+from octopipe.tune.splitting import LayerSplitter, model_splitter, row_splitter
 
 
 def _quiet(_: str) -> None:
     """The default progress hook: report nothing."""
 
 
-def sharder_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
-                costs: CostTable) -> LayerSharder | None:
-    """How the planner may split heavy layers (`octopipe.tune.sharding`) for these costs.
+def splitter_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
+                costs: CostTable) -> LayerSplitter | None:
+    """How the planner may split heavy layers (`octopipe.tune.splitting`) for these costs.
 
     Analytic costs price each piece from its shapes; measured costs (a profile file, or the
     profiler's per-layer times) are divided evenly across pieces, an assumption the plan records.
     None where the costs do not match the model layer for layer."""
     if cost.source == "analytic" and costs.n_layers == model.n_layers:
-        return model_sharder(model, lambda m: cost_table(cost, m, cluster))
+        return model_splitter(model, lambda m: cost_table(cost, m, cluster))
     if costs.n_layers != model.n_layers and isinstance(cost, FileCost):
         model = model_for_file_cost(cost, model)
     if costs.n_layers != model.n_layers:
         return None
-    return row_sharder(costs, [shardable(x) for x in model.layers],
+    return row_splitter(costs, [splittable(x) for x in model.layers],
                        max_pieces=[split_extent(x) for x in model.layers])
 
 
@@ -78,15 +78,15 @@ class Inputs:
         return model
 
     @cached_property
-    def sharder(self) -> LayerSharder | None:
+    def splitter(self) -> LayerSplitter | None:
         """How heavy layers may split into pieces for these costs (None: they may not)."""
-        return sharder_for(self.config.cost, self.model, self.cluster, self.costs)
+        return splitter_for(self.config.cost, self.model, self.cluster, self.costs)
 
-    def piece_costs(self, shards: Mapping[int, int]) -> CostTable:
-        """The costs of the split model whose layer j runs as `shards[j]` pieces ({}: `costs`)."""
-        if not shards:
+    def piece_costs(self, pieces: Mapping[int, int]) -> CostTable:
+        """The costs of the split model whose layer j runs as `pieces[j]` pieces ({}: `costs`)."""
+        if not pieces:
             return self.costs
-        if self.sharder is None:
+        if self.splitter is None:
             raise ConfigError("schedule.file: the plan splits layers but these costs do not match "
                               "the model layer for layer; use the plan's model and cost source")
-        return self.sharder.costs_for(shards)
+        return self.splitter.costs_for(pieces)

@@ -40,7 +40,7 @@ def run(inputs: Inputs) -> Result:
     try:
         res = tune(costs, cluster, pp, mb, TuneOptions(
             cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
-            progress=inputs.interactive, sharder=inputs.sharder))
+            progress=inputs.interactive, splitter=inputs.splitter))
     except InfeasibleError as e:
         if not (cfg.experiment is not None and cfg.experiment.keep_going):
             raise
@@ -76,8 +76,8 @@ def run(inputs: Inputs) -> Result:
                   f"(total work / devices); plan: {res.plan.meta.get('candidate', res.plan.meta.get('origin'))}; "
                   f"tuned in {res.tuner_seconds:.1f} s; checks: memory fits, deadlock "
                   f"{res.evaluated.checks.get('smt', '?')}")
-    if res.shard_text():
-        report.append(f"Layers split so that no device waits on one heavy layer: {res.shard_text()}")
+    if res.piece_text():
+        report.append(f"Layers split so that no device waits on one heavy layer: {res.piece_text()}")
 
     title = (f"OctoPipe plan: {model.name}, pp={pp}, {mb} micro-batches, "
              f"{res.makespan_s * 1e3:.1f} ms, bubble {summary['bubble_ratio']:.1%}")

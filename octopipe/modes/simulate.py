@@ -56,10 +56,10 @@ def plan_file(cfg: Config) -> Plan | None:
     return load_plan(Path(path))
 
 
-def plan_file_shards(cfg: Config) -> dict[int, int]:
+def plan_file_pieces(cfg: Config) -> dict[int, int]:
     """The layers a plan JSON in `schedule.file` splits ({} for whole layers or a CSV)."""
     plan = plan_file(cfg)
-    return {} if plan is None else dict(plan.shards)
+    return {} if plan is None else dict(plan.pieces)
 
 
 def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[tuple[int, int], ...]]:
@@ -126,7 +126,7 @@ def summary_table(title: str, figures: dict) -> Table:
 def run(inputs: Inputs) -> Result:
     cfg = inputs.config
     model, cluster = inputs.costed_model, inputs.cluster   # cost=file: the profile's model
-    costs = inputs.piece_costs(plan_file_shards(cfg))   # a split plan prices its pieces
+    costs = inputs.piece_costs(plan_file_pieces(cfg))   # a split plan prices its pieces
     table, partition = schedule_from_cfg(cfg, costs.n_layers)
     check_devices(cfg, table)
     n_actions = sum(len(r) for r in table.compute_only().rows)

@@ -40,7 +40,7 @@ def run(inputs: Inputs) -> Result:
     report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
                   f"{t.pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
                   f"placement "
-                  f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.shards)) if s.plan.shards else ''}), "
+                  f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.pieces)) if s.plan.pieces else ''}), "
                   f"{t.microbatches} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
@@ -73,7 +73,7 @@ def run(inputs: Inputs) -> Result:
         inputs.progress("replaying the asynchronous streams in one process")
         ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg), spec.stream], s.batches,
                               s.optim, cfg.seed)
-        loss_err, weight_err = compare(result, TrainRun(ref.losses, ref.params, "", []), s.blocks, s.plan.shards)
+        loss_err, weight_err = compare(result, TrainRun(ref.losses, ref.params, "", []), s.blocks, s.plan.pieces)
         mb_err = max(rel_err(result.microbatch_losses[k], v) for k, v in ref.microbatch_losses.items())
         summary.update(reference="single-process replay of the asynchronous version assignment",
                        reference_loss_max_rel_err=loss_err, reference_weight_max_rel_err=weight_err,
@@ -86,7 +86,7 @@ def run(inputs: Inputs) -> Result:
         inputs.progress("training the single-process reference")
         ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,
                               torch.bfloat16 if t.precision == "bf16" else None)
-        loss_err, weight_err = compare(result, ref, s.blocks, s.plan.shards)
+        loss_err, weight_err = compare(result, ref, s.blocks, s.plan.pieces)
         summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err,
                        reference_weight_max_rel_err=weight_err,
                        reference_max_rel_err=max(loss_err, weight_err))

@@ -10,7 +10,7 @@ for gloo; `--device auto` picks cuda for nccl and cpu for gloo (gloo with `--dev
 messages through the CPU, so several ranks may share a GPU).
 
 torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the plan's table must have
-WORLD_SIZE rows. A plan whose meta splits layers (`shards`) runs the preset with them split.
+WORLD_SIZE rows. A plan whose meta splits layers (`pieces`) runs the preset with them split.
 Each rank writes rank<R>.pt (losses, gradients, timed events) under --out.
 """
 from __future__ import annotations

@@ -40,7 +40,7 @@ from octopipe.train.optim import OptimSettings
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tokenizer import tokenize
 from octopipe.tune import TuneOptions, tune
-from octopipe.tune.sharding import model_sharder
+from octopipe.tune.splitting import model_splitter
 
 EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
 HF_FACTORY = "octopipe.model.hf:build"
@@ -144,13 +144,13 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
                     {"source": "mode=train"})
-    sharder = None
+    splitter = None
     if isinstance(blocks, SpecBlocks):
         cost = profiled_cost(cfg)
-        sharder = model_sharder(blocks.model, lambda m: profiled_costs(cost, m, cluster))
+        splitter = model_splitter(blocks.model, lambda m: profiled_costs(cost, m, cluster))
     res = tune(costs, cluster, t.pp, t.microbatches, TuneOptions(
         replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
-        sharder=sharder))
+        splitter=splitter))
     return res.plan
 
 
@@ -186,7 +186,7 @@ def fingerprints(s: Setup, seed: int) -> dict:
     """What a checkpoint must match to resume: the model (its blocks and initial seed) and the
     plan (partition, placement, micro-batches, split layers)."""
     plan = {"partition": [list(r) for r in s.plan.partition.ranges], "placement": list(s.plan.placement),
-            "microbatches": s.plan.table.n_microbatches, "shards": dict(s.plan.shards),
+            "microbatches": s.plan.table.n_microbatches, "pieces": dict(s.plan.pieces),
             "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
     return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
             "plan_name": s.plan.table.name}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from octopipe.layers.pieces import shard_state_dict
+from octopipe.layers.pieces import pieces_state_dict
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.train.loop import TrainRun
 
@@ -15,14 +15,14 @@ def rel_err(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare(run: TrainRun, ref: TrainRun, blocks, shards) -> tuple[float, float]:
+def compare(run: TrainRun, ref: TrainRun, blocks, pieces) -> tuple[float, float]:
     """(largest relative loss difference over the steps `run` ran, largest norm-wise relative
     difference of the final weights); a split plan's pieces are compared with the slices of
     the reference's whole layers (`blocks`: the split model's)."""
     losses = max(rel_err(a, b) for a, b in zip(run.losses, ref.losses[-len(run.losses):]))
     want = ref.params
-    if isinstance(blocks, SpecBlocks) and shards:
-        want = shard_state_dict(blocks.model, want)
+    if isinstance(blocks, SpecBlocks) and pieces:
+        want = pieces_state_dict(blocks.model, want)
     weights = max(float((run.params[k] - v).norm()) / max(float(v.norm()), 1e-12) for k, v in want.items())
     return losses, weights
 

@@ -37,12 +37,12 @@ def to_table(cand: Candidate, result: ListResult, n_devices: int, n_microbatches
 
 
 def to_plan(problem: Problem, cand: Candidate, result: ListResult | None = None,
-            model: str = "", meta: dict | None = None, shards: Mapping[int, int] | None = None) -> Plan:
-    """The candidate's frozen table as a plan; `shards`: the layers the problem's model split."""
+            model: str = "", meta: dict | None = None, pieces: Mapping[int, int] | None = None) -> Plan:
+    """The candidate's frozen table as a plan; `pieces`: the layers the problem's model split."""
     result = result if result is not None else problem.estimate(cand)
     table = to_table(cand, result, problem.n_devices, problem.n_microbatches)
     return Plan(cand.partition, table, model=model, cluster=problem.cluster.name, meta=dict(meta or {}),
-                shards=shards or {}, policy=policy_of(cand))
+                pieces=pieces or {}, policy=policy_of(cand))
 
 
 def policy_of(cand: Candidate) -> SchedulePolicy:

@@ -80,7 +80,7 @@ def _f(x, fmt):
 
 def table_md(cases: list[dict]) -> str:
     lines = ["| model | cluster | pp | mb | seq | OctoPipe ms | vs best uniform | vs best balanced | "
-             "vs best baseline (which) | efficiency | eff. vs layer bound | sharded layers | tuner s |",
+             "vs best baseline (which) | efficiency | eff. vs layer bound | split layers | tuner s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
     key = lambda c: (str(c.get("model")), c.get("pp", 0), c.get("microbatches", 0), c.get("seq_len", 0))
     for c in sorted(cases, key=key):
@@ -88,15 +88,15 @@ def table_md(cases: list[dict]) -> str:
             lines.append(f"| {c.get('model')} | {c.get('cluster')} | {c.get('pp')} | {c.get('microbatches')} | "
                          f"{c.get('seq_len')} | infeasible | | | {c.get('reason', '')[:60]} | | | | |")
             continue
-        shards = c.get("shard_layers") or {}
-        shard_txt = f"{len(shards)} → {sum(shards.values())} pieces" if shards else "—"
+        pieces = c.get("split_layers") or {}
+        piece_txt = f"{len(pieces)} → {sum(pieces.values())} pieces" if pieces else "—"
         lines.append(
             f"| {c['model']} | {c.get('cluster')} | {c['pp']} | {c['microbatches']} | {c.get('seq_len')} | "
             f"{c['makespan_s'] * 1e3:.1f} | {_f(c.get('speedup_vs_best_uniform'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_balanced'), '.2f')} | "
             f"{_f(c.get('speedup_vs_best_baseline'), '.2f')} ({c.get('best_baseline')}) | "
             f"{c['efficiency_vs_lower_bound']:.3f} | {_f(c.get('efficiency_vs_layer_bound'), '.3f')} | "
-            f"{shard_txt} | {c['tuner_seconds']:.1f} |")
+            f"{piece_txt} | {c['tuner_seconds']:.1f} |")
     return "\n".join(lines)
 
 

@@ -56,7 +56,7 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
     lines += ["## The plan", "",
               f"- {plan.meta.get('candidate', '')} ({plan.meta.get('origin', '')})",
               f"- layers per stage: {s['partition_sizes']}"
-              + (f" (of the model with {res.shard_text()})" if res.shard_text() else ""),
+              + (f" (of the model with {res.piece_text()})" if res.piece_text() else ""),
               f"- stage → device: {s['placement']}",
               f"- checks: {s['checks']}", ""]
     attr = res.attribution

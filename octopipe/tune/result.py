@@ -27,7 +27,7 @@ class TuneResult:
     search_stats: dict = field(default_factory=dict)
     ilp: dict = field(default_factory=dict)
     costs: CostTable | None = None        # the costs the plan's layers index (split model if split)
-    shard_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
+    piece_counts: dict = field(default_factory=dict)   # original layer -> pieces the search used
     fill_drain: FillDrain | None = None   # over every plan the tuner may emit (octopipe.tune.fill_drain)
     contiguous_bound_s: float | None = None   # the same argument over one-block-per-device plans
     layout_bound_s: float | None = None   # no table on the plan's own partition + placement is shorter
@@ -55,20 +55,20 @@ class TuneResult:
                     if self.baselines else "no baselines were run")
         return f"{self.speedup_vs(best):.2f}× faster than the best baseline ({best.name})"
 
-    def shard_text(self) -> str:
+    def piece_text(self) -> str:
         """'head (layer 53) in 2 pieces, ...' for a plan that splits layers, else ''."""
         meta = self.plan.meta
-        shards, names = self.plan.shards, meta.get("shard_names", {})
-        if not shards:
+        pieces, names = self.plan.pieces, meta.get("piece_names", {})
+        if not pieces:
             return ""
         parts = [f"{names.get(k, names.get(str(k), 'layer'))} (layer {k}) in {v}"
-                 for k, v in sorted(shards.items(), key=lambda kv: int(kv[0]))]
-        total = sum(int(v) for v in shards.values())
+                 for k, v in sorted(pieces.items(), key=lambda kv: int(kv[0]))]
+        total = sum(int(v) for v in pieces.values())
         if len(parts) > 4:
             parts = parts[:3] + [f"{len(parts) - 3} more layers"]
-        how = ("pieces priced from their shapes" if meta.get("shard_costs") == "model"
+        how = ("pieces priced from their shapes" if meta.get("piece_costs") == "model"
                else "each piece costed as an even share of its measured layer")
-        return f"{', '.join(parts)} ({len(shards)} layers into {total} pieces; {how})"
+        return f"{', '.join(parts)} ({len(pieces)} layers into {total} pieces; {how})"
 
     def _fill_drain_figures(self) -> dict:
         fd = self.fill_drain
@@ -112,7 +112,7 @@ class TuneResult:
             "partition_sizes": [hi - lo for lo, hi in self.plan.partition],
             "placement": list(self.plan.placement),
             "plan_origin": self.plan.meta.get("origin", ""),
-            "shard_layers": {str(k): v for k, v in self.plan.shards.items()},
+            "split_layers": {str(k): v for k, v in self.plan.pieces.items()},
             "bubble_causes_s": self.attribution.totals(),
             "checks": self.evaluated.checks,
             "search": self.search_stats,

@@ -1,4 +1,4 @@
-"""Which heavy layers the search splits into pieces: the options of a `LayerSharder` scored by
+"""Which heavy layers the search splits into pieces: the options of a `LayerSplitter` scored by
 their bounds, ties broken by their best starting point, and candidates carried onto the split."""
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.search import (
     iter_seed_candidates,
 )
-from octopipe.tune.sharding import LayerSharder, map_sizes, packed_max
+from octopipe.tune.splitting import LayerSplitter, map_sizes, packed_max
 
 
-def split_problem(whole: Problem, sharder: LayerSharder, counts: dict) -> Problem:
+def split_problem(whole: Problem, splitter: LayerSplitter, counts: dict) -> Problem:
     """`whole` with its layers split by `counts` (itself when nothing splits)."""
     if not counts:
         return whole
-    return Problem.build(sharder.costs_for(counts), whole.cluster, whole.n_devices,
+    return Problem.build(splitter.costs_for(counts), whole.cluster, whole.n_devices,
                          whole.n_microbatches, whole.semantics, whole.act_budget, whole.contention)
 
 
-def choose_split(whole: Problem, sharder: LayerSharder, max_share: float, max_chunks: int,
+def choose_split(whole: Problem, splitter: LayerSplitter, max_share: float, max_chunks: int,
                    gain: float = 0.01) -> tuple[Problem, dict, list[dict]]:
-    """The split worth searching, of `sharder.options`, and how each option scored.
+    """The split worth searching, of `splitter.options`, and how each option scored.
 
     A split's bound is the larger of its layer bound (the heaviest piece with the fill before it
     and the drain after it) and its pieces packed onto the devices (LPT), so both kinds of gap
@@ -37,8 +37,8 @@ def choose_split(whole: Problem, sharder: LayerSharder, max_share: float, max_ch
     D, M = whole.n_devices, whole.n_microbatches
     work = whole.layer_work().min(axis=1)
     scored = []
-    for counts in sharder.options(work, D, max_share):
-        pb = split_problem(whole, sharder, counts)
+    for counts in splitter.options(work, D, max_share):
+        pb = split_problem(whole, splitter, counts)
         bound = max(layer_bound(pb), M * packed_max(pb.layer_work().min(axis=1), D))
         scored.append((bound, sum(counts.values()), pb, counts))
     best = min(b for b, _, _, _ in scored)

@@ -4,7 +4,7 @@ simulations) so that the same inputs and seed give the same plan at any machine 
 
 1. baselines: the named schedules (uniform and DP-balanced partitions) through the simulator
    (a fixed list);
-2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.sharding`),
+2. starting points: the layers the search runs on (heavy layers split, `octopipe.tune.splitting`),
    the feasible baselines and the caller's starts; the ILPs' partitions + placements (`solvers`,
    `ilp_max_nodes` branch-and-bound nodes each) are solved meanwhile, in CBC's own process;
 3. search: iterated local search on partition, placement and schedule policy, ranked by the
@@ -60,12 +60,12 @@ from octopipe.tune.search import (
     SearchOutcome,
     search,
 )
-from octopipe.tune.sharding import LayerSharder
 from octopipe.tune.split_choice import (
     choose_split,
     on_split_layers,
     split_problem,
 )
+from octopipe.tune.splitting import LayerSplitter
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class TuneState:
     baselines: list[Evaluated] = field(default_factory=list)
     problem: Problem | None = None     # the model the search runs on (`whole`, or layers split)
     counts: dict[int, int] = field(default_factory=dict)   # original layer -> pieces in `problem`
-    shard_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
+    pieces_meta: dict = field(default_factory=dict)          # provenance of the split, for plans
     levers: Levers | None = None       # what the search may change (tuner.levers)
     starts: list[Candidate] = field(default_factory=list)
     ilp: dict = field(default_factory=dict)
@@ -122,7 +122,7 @@ class TuneState:
 
     def problem_of(self, plan: Plan) -> Problem:
         """The problem a plan's layers index: split plans the split model's."""
-        return self.problem if plan.shards else self.whole
+        return self.problem if plan.pieces else self.whole
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class TuneOptions:
     (eager, rendezvous, batched) used by the simulator and the SMT check; seed: the search's
     random choices; model: the name plans carry; baselines: run the named schedules (and let
     them compete as plans); starts: the caller's own starting candidates; progress: show a
-    terminal bar while searching; sharder: how heavy layers may split (`octopipe.tune.sharding`);
+    terminal bar while searching; splitter: how heavy layers may split (`octopipe.tune.splitting`);
     plans: the caller's own plans, simulated and ranked with the finalists (over the model as
     given, or its split when they split layers), so the result is never worse than any of them.
     """
@@ -147,7 +147,7 @@ class TuneOptions:
     baselines: bool = True
     starts: Sequence[Candidate] = ()
     progress: bool = False
-    sharder: LayerSharder | None = None
+    splitter: LayerSplitter | None = None
     plans: Sequence[Plan] = ()
 
     def __post_init__(self) -> None:
@@ -164,8 +164,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
          options: TuneOptions = TuneOptions()) -> TuneResult:
     """Plan `costs` on the first `n_devices` of `cluster` for `n_microbatches` per iteration.
 
-    With `options.sharder`, the search runs on the split model, the baselines on the model as
-    given, and a split plan records its pieces in `plan.shards` (original layer index -> pieces).
+    With `options.splitter`, the search runs on the split model, the baselines on the model as
+    given, and a split plan records its pieces in `plan.pieces` (original layer index -> pieces).
     Raises InfeasibleError when no plan fits memory.
     """
     t0 = time.perf_counter()
@@ -177,8 +177,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
                               activation_budget(whole, o.tuner.memory_budget), links)
     st = TuneState(o.tuner, Budgets.of(o.tuner), whole, o.model, t0)
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
-    st.problem, st.counts, st.shard_meta = layers_to_search(  # 2. starting points:
-        st, o.sharder if "split_layers" in o.tuner.levers else None)
+    st.problem, st.counts, st.pieces_meta = layers_to_search(  # 2. starting points:
+        st, o.splitter if "split_layers" in o.tuner.levers else None)
     st.levers = Levers.of(o.tuner.levers, on_split_layers(reference(whole.n_layers, whole.n_devices),
                                                      st.counts))
     st.starts = starting_points(st, o.starts)
@@ -196,22 +196,22 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
 # The stages, in the order `tune` runs them
 
 
-def layers_to_search(st: TuneState, sharder: LayerSharder | None
+def layers_to_search(st: TuneState, splitter: LayerSplitter | None
                      ) -> tuple[Problem, dict[int, int], dict]:
-    """Starting points (1/2): the model the search runs on, its shards (original layer ->
+    """Starting points (1/2): the model the search runs on, its pieces (original layer ->
     pieces) and their provenance for the plans' meta."""
     cfg, whole = st.cfg, st.whole
     problem, counts = whole, {}
     choice: list[dict] = []
-    if sharder is not None and cfg.shard_layers == "auto":
-        problem, counts, choice = choose_split(whole, sharder, cfg.shard_share, cfg.max_chunks)
-    elif sharder is not None and cfg.shard_layers == "force":
-        counts = sharder.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.shard_share)
-        problem = split_problem(whole, sharder, counts)
-    meta = {"shard_names": {int(k): whole.costs.layer_names[k] for k in counts},
-            "shard_costs": sharder.source} if counts else {}
+    if splitter is not None and cfg.split_layers == "auto":
+        problem, counts, choice = choose_split(whole, splitter, cfg.split_share, cfg.max_chunks)
+    elif splitter is not None and cfg.split_layers == "force":
+        counts = splitter.counts(whole.layer_work().min(axis=1), whole.n_devices, cfg.split_share)
+        problem = split_problem(whole, splitter, counts)
+    meta = {"piece_names": {int(k): whole.costs.layer_names[k] for k in counts},
+            "piece_costs": splitter.source} if counts else {}
     if len(choice) > 1:
-        meta["shard_choice"] = choice
+        meta["piece_choice"] = choice
     return problem, {int(k): int(v) for k, v in counts.items()}, meta
 
 
@@ -316,9 +316,9 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
         if finals and st.elapsed() > b.cap_s:
             st.capped.append("finalists")
             break
-        plan = to_plan(problem, cand, model=st.model, shards=st.counts,
+        plan = to_plan(problem, cand, model=st.model, pieces=st.counts,
                        meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
-                             "candidate": cand.describe(), **st.shard_meta})
+                             "candidate": cand.describe(), **st.pieces_meta})
         key = (plan.partition, plan.table.rows)
         if key in seen_tables:
             continue
@@ -329,7 +329,7 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
             plan = replace(base.plan, meta={**base.plan.meta, "origin": f"baseline {base.name} (not improved)"})
             finals.append(Evaluated("OctoPipe", "octopipe", plan, base.sim, True))
     for k, plan in enumerate(plans):
-        if plan.shards and {int(a): int(n) for a, n in plan.shards.items()} != st.counts:
+        if plan.pieces and {int(a): int(n) for a, n in plan.pieces.items()} != st.counts:
             continue               # pieces this run does not price: it cannot rank the plan
         plan = replace(plan, meta={**plan.meta, "origin": plan.meta.get("origin", f"caller's plan {k}")})
         finals.append(evaluate(st.problem_of(plan), "OctoPipe", "octopipe", plan))

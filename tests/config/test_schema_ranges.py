@@ -190,7 +190,7 @@ def test_bad_values_exit_2_with_one_line(key, override, presets, what, capsys):
 # seed=abc, tuner.time_budget_s=-5, tuner.max_iters=-1, sim.jitter_cv=nan, runtime.lr=-1) run with
 # this very argv in tests/reliability/test_bad_inputs.py, whose check (exit 2, one line naming the
 # key, no traceback, no result files) includes this one's: one CLI run per example, not two.
-@pytest.mark.parametrize("override", ["cost.tp=0", "sim.policy=fast", "tuner.shard_layers=always"])
+@pytest.mark.parametrize("override", ["cost.tp=0", "sim.policy=fast", "tuner.split_layers=always"])
 def test_the_issue_examples_in_process(override, tmp_path, capsys):
     code, lines = run_cli(["mode=inspect", "model=tiny_hybrid", override], tmp_path, capsys)
     key = override.split("=")[0]

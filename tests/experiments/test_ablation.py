@@ -3,7 +3,7 @@ than any subset, by construction) and the sentence per model."""
 from octopipe.config.experiment import AblationExperiment
 from octopipe.config.tuner import LEVERS, TunerConfig
 from octopipe.experiments.ablation import FULL, Row, Workload, run_workload, sentence, subsets, table_csv
-from octopipe.tune.sharding import row_sharder
+from octopipe.tune.splitting import row_splitter
 from tests.tune.helpers import free_cluster
 from tests.tune.test_tuner import hetero_costs
 
@@ -16,7 +16,7 @@ def test_subsets_are_every_nonempty_lever_set_full_last():
 def test_one_workload_full_never_worse_than_any_subset():
     costs = hetero_costs()
     cl = free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
-    w = Workload("hetero", "preset", costs, cl, row_sharder(costs, [True] * costs.n_layers))
+    w = Workload("hetero", "preset", costs, cl, row_splitter(costs, [True] * costs.n_layers))
     exp = AblationExperiment(name="ablation", models=(), profiles=(), devices=4, microbatches=8,
                              max_evaluations=120)
     rows = run_workload(w, exp, TunerConfig(ilp=False, max_iters=10, patience=3, finalists=2), 0)

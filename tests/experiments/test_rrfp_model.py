@@ -12,7 +12,7 @@ from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.machine import local_cluster
 from octopipe.sim.agreement import collective_tasks, with_agreement
 from octopipe.sim.simulator import ReadyFirst
-from octopipe.tune.sharding import model_sharder
+from octopipe.tune.splitting import model_splitter
 
 EX = rrfp_setup.quick(RrfpExperiment(name="rrfp"))
 
@@ -72,10 +72,10 @@ def test_both_workloads_split_heavy_layers_by_one_rule():
 
         def costs_of(m):
             return analytic_costs(AnalyticCost(), m, local_cluster(n, rrfp_setup.LINK))
-        sharder = model_sharder(whole, costs_of)
+        splitter = model_splitter(whole, costs_of)
         work = rrfp_setup.layer_work(costs_of(whole))
-        opts = sharder.options(work, n, ex.shard_share)
-        bound = {sum(c.values()) - len(c): rrfp_setup.stage_max(rrfp_setup.layer_work(sharder.costs_for(c)), n)
+        opts = splitter.options(work, n, ex.split_share)
+        bound = {sum(c.values()) - len(c): rrfp_setup.stage_max(rrfp_setup.layer_work(splitter.costs_for(c)), n)
                  for c in opts}
         added = s.model.n_layers - whole.n_layers          # pieces beyond the whole layers
         assert added > 0 and bound[added] <= min(bound.values()) * 1.01

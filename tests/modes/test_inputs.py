@@ -43,4 +43,4 @@ def test_inputs_are_built_once_and_only_when_asked():
     x = inputs("model=tiny_hybrid", "pp=2")
     assert "model" not in x.__dict__ and "costs" not in x.__dict__
     assert x.costs is x.costs and x.model is x.model
-    assert x.sharder is not None and x.piece_costs({}) is x.costs
+    assert x.splitter is not None and x.piece_costs({}) is x.costs

@@ -17,7 +17,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
 from octopipe.measure.fidelity import measure_fidelity
 from octopipe.measure.insitu import calibration_partition
-from octopipe.model.shard import shard_model
+from octopipe.model.pieces import split_model
 from octopipe.modes.execute import _costs, _plans, check_runtime, model_preset, rank_cores
 from octopipe.modes.inputs import Inputs
 from octopipe.plan import Plan, plan_model, uniform_partition
@@ -138,16 +138,16 @@ def test_emulated_eight_ranks_track_the_simulator():
     assert {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(n))
 
 
-def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path, capsys):
-    """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta shards):
-    mode=execute runs the sharded model and its gradients pass the check; runtime.pin=false leaves
+def test_mode_execute_runs_a_plan_file_whose_meta_pieces_layers(tmp_path, capsys):
+    """A plan JSON over tiny_hybrid with its head in 3 pieces and an MLP in 2 (meta pieces):
+    mode=execute runs the split model and its gradients pass the check; runtime.pin=false leaves
     the ranks unpinned."""
     model = model_preset("tiny_hybrid")
     counts = {11: 3, 2: 2}
-    sharded = shard_model(model, counts)
+    split = split_model(model, counts)
     table = build_schedule("1f1b", 2, 2)
-    plan = Plan(((0, 13), (13, sharded.n_layers)), table, model.name, "",
-                {"shards": {str(k): v for k, v in counts.items()}})      # cuts inside the head
+    plan = Plan(((0, 13), (13, split.n_layers)), table, model.name, "",
+                {"pieces": {str(k): v for k, v in counts.items()}})      # cuts inside the head
     save_plan(plan, tmp_path / "plan.json")
     out = tmp_path / "run"
     code, err = run_in_process(
@@ -157,30 +157,30 @@ def test_mode_execute_runs_a_plan_file_whose_meta_shards_layers(tmp_path, capsys
          "cost.warmup=0", f"cost.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={out}"], capsys)
     assert code == 0, err[-20:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["shard_layers"] == {"11": 3, "2": 2}
+    assert summary["split_layers"] == {"11": 3, "2": 2}
     assert summary["grad_check_max_rel_err"] <= 1e-5 and summary["simulated_iteration_s"] > 0
     assert summary["pinned"] is None and summary["schedules"]["1f1b"]["pinned"] is None
     assert summary["cost_inputs"] == "profiled" and summary["schedules"]["1f1b"]["calibration"] is None
     saved = json.loads((out / "plan.json").read_text())
-    assert saved["meta"]["shards"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15
+    assert saved["meta"]["pieces"] == {"11": 3, "2": 2} and saved["partition"][-1][1] == 15
 
 
-def test_mode_execute_lets_the_tuner_shard_layers_it_then_measures_piece_by_piece(tmp_path):
+def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piece(tmp_path):
     """schedule=octopipe under real compute: the tuner may split heavy layers, pricing the pieces
     with cost=profiled; the plan's meta names them and its partition covers the split model."""
     model = model_preset("tiny_hybrid")
     x = inputs("pp=2", "microbatches=2", "seed=0", "schedule=octopipe", "tuner.time_budget_s=3",
-               "tuner.ilp=false", "tuner.polish_sims=0", "tuner.shard_share=0.05", "tuner.shard_layers=force",
+               "tuner.ilp=false", "tuner.polish_sims=0", "tuner.split_share=0.05", "tuner.split_layers=force",
                "cost=profiled", "cost.device=cpu", "cost.repeats=1", "cost.warmup=0",
                f"cost.cache_dir={tmp_path / 'cache'}")
     costs, cluster = _costs(x, model)
     (plan,) = _plans(x, model, costs, cluster)
     assert len(list((tmp_path / "cache").glob("*.json"))) > len(set(model.layers))   # pieces measured
-    if plan.shards:
-        sharded = plan_model(model, plan)
-        assert sharded.n_layers == model.n_layers + sum(v - 1 for v in plan.shards.values())
-        assert plan.n_layers == sharded.n_layers
-    else:       # measured times vary: a whole-layer baseline may beat every sharded plan
+    if plan.pieces:
+        split = plan_model(model, plan)
+        assert split.n_layers == model.n_layers + sum(v - 1 for v in plan.pieces.values())
+        assert plan.n_layers == split.n_layers
+    else:       # measured times vary: a whole-layer baseline may beat every split plan
         assert plan.meta["origin"].startswith("baseline"), plan.meta
         assert plan.n_layers == model.n_layers
 

@@ -29,12 +29,12 @@ def test_profiled_table_is_measured_cached_and_shaped_like_the_runtime(tmp_path)
         profiled_costs(OmegaConf.merge(cfg, {"repeats": 0}), model, cluster)
 
 
-def test_pieces_of_sharded_layers_are_measured_each_once_on_realistic_carries(tmp_path):
+def test_pieces_of_split_layers_are_measured_each_once_on_realistic_carries(tmp_path):
     """Identical pieces share a measurement; different pieces (other slice, other role) do not;
     a later MoE piece is timed on real top-k gates."""
     from octopipe.cost.profiled import layer_input
-    from octopipe.model.shard import shard_model
-    model = shard_model(tiny.model([tiny.emb(), tiny.mlp(), tiny.moe(), tiny.mlp(), tiny.head()]),
+    from octopipe.model.pieces import split_model
+    model = split_model(tiny.model([tiny.emb(), tiny.mlp(), tiny.moe(), tiny.mlp(), tiny.head()]),
                         {1: 2, 2: 2, 3: 2, 4: 3})
     cluster = local_cluster(1, Link("loop", 1e9, 1e-5))
     cfg = OmegaConf.create({"source": "profiled", "device": "cpu", "repeats": 1, "warmup": 0,

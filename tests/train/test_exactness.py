@@ -31,7 +31,7 @@ from octopipe.schedule.action import ActionKind
 from octopipe.train.loop import reference_train
 from octopipe.train.summary import compare
 from octopipe.tune import TuneOptions, tune
-from octopipe.tune.sharding import model_sharder
+from octopipe.tune.splitting import model_splitter
 from tests.runtime import tiny
 from tests.train.helpers import OPTIM, batches, gpt, named_plan, train
 
@@ -119,19 +119,19 @@ def test_tuned_plan_with_split_layers_and_split_backward_on_every_text_layer_kin
     model = tiny.hybrid()
     cluster = compute_bound_cluster(2)
     cost = AnalyticCost()
-    sharder = model_sharder(model, lambda m: analytic_costs(cost, m, cluster))
-    tuner = TunerConfig(time_budget_s=2, max_iters=20, patience=5, ilp=False, shard_layers="force",
-                        shard_share=0.15)
+    splitter = model_splitter(model, lambda m: analytic_costs(cost, m, cluster))
+    tuner = TunerConfig(time_budget_s=2, max_iters=20, patience=5, ilp=False, split_layers="force",
+                        split_share=0.15)
     plan = tune(analytic_costs(cost, model, cluster), cluster, 2, 4,
-                TuneOptions(tuner, SolverConfig(), seed=0, model="tiny_hybrid", sharder=sharder)).plan
-    split = {model.layers[i].kind for i in plan.shards}
+                TuneOptions(tuner, SolverConfig(), seed=0, model="tiny_hybrid", splitter=splitter)).plan
+    split = {model.layers[i].kind for i in plan.pieces}
     assert {LayerKind.MAMBA2, LayerKind.ATTENTION, LayerKind.MOE, LayerKind.MLP} <= split
     assert any(a.kind is ActionKind.W for d in range(2) for a in plan.table.actions(d))
     blocks = SpecBlocks(plan_model(model, plan))
     data = batches(model.seq_len, model.micro_batch_size, vocab=tiny.VOCAB)
     ref = reference_train(model, data, 4, OPTIM, 20)
     run = train(blocks, plan, data)
-    loss_err, weight_err = compare(run, ref, blocks, plan.shards)
+    loss_err, weight_err = compare(run, ref, blocks, plan.pieces)
     assert loss_err <= RTOL and weight_err <= weight_bound(model, data, ref)
 
 

@@ -8,7 +8,7 @@ from octopipe.config.tuner import LEVERS, TunerConfig
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
 from octopipe.tune import TuneOptions, tune
-from octopipe.tune.sharding import row_sharder
+from octopipe.tune.splitting import row_splitter
 from tests.reliability.cli import run_in_process
 
 from .helpers import free_cluster
@@ -19,15 +19,15 @@ CFG = {"max_iters": 12, "patience": 4, "ilp": False, "max_evaluations": 150, "fi
 
 def test_every_subset_runs_and_frozen_levers_stay_at_s1f1b():
     costs, cl = hetero_costs(), free_cluster(4, memory_bytes=60 * 2**30, latency=1e-5, bandwidth=50e9)
-    sharder = row_sharder(costs, [True] * costs.n_layers)
+    splitter = row_splitter(costs, [True] * costs.n_layers)
     results = {}
     for r in range(1, len(LEVERS) + 1):
         for sub in itertools.combinations(LEVERS, r):
-            res = tune(costs, cl, 4, 8, TuneOptions({**CFG, "levers": list(sub)}, sharder=sharder))
+            res = tune(costs, cl, 4, 8, TuneOptions({**CFG, "levers": list(sub)}, splitter=splitter))
             plan = res.plan
             if "split_layers" not in sub:
-                assert not plan.shards, sub
-            if not plan.shards:
+                assert not plan.pieces, sub
+            if not plan.pieces:
                 if "partition" not in sub:
                     assert plan.partition == Partition.uniform(costs.n_layers, 4), sub
                 if "placement" not in sub:
@@ -36,7 +36,7 @@ def test_every_subset_runs_and_frozen_levers_stay_at_s1f1b():
                 assert not plan.table.splits_backward and "row_moves" not in plan.meta, sub
             results[sub] = res
     subset_plans = [r.plan for s, r in results.items() if s != tuple(LEVERS)]
-    full = tune(costs, cl, 4, 8, TuneOptions(CFG, sharder=sharder, plans=subset_plans))
+    full = tune(costs, cl, 4, 8, TuneOptions(CFG, splitter=splitter, plans=subset_plans))
     assert full.makespan_s <= min(r.makespan_s for r in results.values()) * (1 + 1e-12)
 
 

@@ -40,20 +40,20 @@ def test_report_rejects_empty_dir(tmp_path):
     assert proc.returncode == 2 and "no mode=plan summary.json" in proc.stderr
 
 
-def test_sharded_plan_resimulates_through_mode_simulate(tmp_path, capsys):
-    """A plan that shards layers names its pieces in plan.json, and mode=simulate prices the same
+def test_split_plan_resimulates_through_mode_simulate(tmp_path, capsys):
+    """A plan that pieces layers names its pieces in plan.json, and mode=simulate prices the same
     pieces when it replays the file: the makespans agree (both runs through the CLI's main)."""
     base = ["model=tiny_hybrid", "pp=4", "microbatches=4"]
     out = tmp_path / "plan"
-    # the search stops at its wall-clock cap here; 1 s already finds the sharded plan
-    proc = main_in_process(["mode=plan", *base, "tuner.time_budget_s=1", "tuner.shard_share=0.25",
+    # the search stops at its wall-clock cap here; 1 s already finds the split plan
+    proc = main_in_process(["mode=plan", *base, "tuner.time_budget_s=1", "tuner.split_share=0.25",
                             f"hydra.run.dir={out}"], capsys)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     plan = load_plan(out / "plan.json")
-    if summary["shard_layers"]:           # the tuner may still prefer a whole-layer baseline
-        assert plan.shards == \
-            {int(k): v for k, v in summary["shard_layers"].items()}
+    if summary["split_layers"]:           # the tuner may still prefer a whole-layer baseline
+        assert plan.pieces == \
+            {int(k): v for k, v in summary["split_layers"].items()}
     sim = tmp_path / "sim"
     proc = main_in_process(["mode=simulate", *base, f"schedule.file={out / 'plan.json'}", f"hydra.run.dir={sim}"],
                            capsys)

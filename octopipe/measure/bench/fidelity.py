@@ -56,7 +56,7 @@ REAL = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv")
 def _tuned(model, costs, cluster, n: int, m: int) -> Plan:
     """The tuner's plan on the offline profile (10 s, whole layers): its own partition and
     placement, so the prediction leans on per-layer costs, not on a calibrated stage."""
-    plan = tune(costs, cluster, n, m, TuneOptions({"time_budget_s": 10.0, "shard_layers": "off"},
+    plan = tune(costs, cluster, n, m, TuneOptions({"time_budget_s": 10.0, "split_layers": "off"},
                                                   model=model.name)).plan
     return Plan(plan.partition, replace(plan.table, name="tuned"), model.name, plan.cluster, plan.meta)
 

@@ -1,4 +1,4 @@
-"""Sub-layer sharding: one heavy layer as a chain of consecutive pieces a pipeline can split.
+"""Sub-layer splitting: one heavy layer as a chain of consecutive pieces a pipeline can split.
 
 A pipeline cannot balance better than its heaviest layer: a 131k-vocabulary LM head is 7-12% of
 an 8B model's work, more than a device's share at 16 or 32 stages. Five kinds split exactly into
@@ -24,7 +24,7 @@ a chain whose pieces pass a slightly wider tensor forward (and its gradient back
   needs another's heads. Carry: (residual sum, norm output), width `2·hidden`.
 
 Piece j of k covers `[n·j//k, n·(j+1)//k)` of the split dimension (vocab, ffn, experts,
-key/value heads or groups), so the pieces' parameters add up to the layer's. Sharding is a
+key/value heads or groups), so the pieces' parameters add up to the layer's. Splitting is a
 planner decision, not a preset field.
 """
 from __future__ import annotations
@@ -39,36 +39,36 @@ from octopipe.errors import ConfigError
 from octopipe.model.layer import LayerKind, LayerSpec
 from octopipe.model.spec import ModelSpec
 
-SHARD_DIM: dict[LayerKind, str] = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn",
+SPLIT_DIM: dict[LayerKind, str] = {LayerKind.HEAD: "vocab", LayerKind.MLP: "ffn",
                                    LayerKind.MOE: "experts", LayerKind.ATTENTION: "kv_heads",
                                    LayerKind.MAMBA2: "ssm_groups"}
 
 
 def split_extent(x: LayerSpec) -> int:
     """Size of `x`'s split dimension: the most pieces it can have (1: it does not split)."""
-    if x.kind not in SHARD_DIM:
+    if x.kind not in SPLIT_DIM:
         return 1
     if x.kind is LayerKind.ATTENTION:
         return 1 if x.qk_norm else (x.kv_heads or x.heads)
-    return max(int(getattr(x, SHARD_DIM[x.kind])), 1)
+    return max(int(getattr(x, SPLIT_DIM[x.kind])), 1)
 
 
-def shardable(x: LayerSpec) -> bool:
-    return split_extent(x) > 1 and x.shards == 1
+def splittable(x: LayerSpec) -> bool:
+    return split_extent(x) > 1 and x.pieces == 1
 
 
-def shard_span(x: LayerSpec) -> tuple[int, int]:
-    """[lo, hi) of the split dimension that piece `x.shard` of `x.shards` holds."""
+def piece_span(x: LayerSpec) -> tuple[int, int]:
+    """[lo, hi) of the split dimension that piece `x.piece` of `x.pieces` holds."""
     n = split_extent(x)
-    return n * x.shard // x.shards, n * (x.shard + 1) // x.shards
+    return n * x.piece // x.pieces, n * (x.piece + 1) // x.pieces
 
 
 def is_first(x: LayerSpec) -> bool:
-    return x.shard == 0
+    return x.piece == 0
 
 
 def is_last(x: LayerSpec) -> bool:
-    return x.shard == x.shards - 1
+    return x.piece == x.pieces - 1
 
 
 def carry_width(x: LayerSpec) -> int:
@@ -82,41 +82,41 @@ def carry_width(x: LayerSpec) -> int:
     raise ValueError(f"{x.kind.value} layers do not split")
 
 
-def shard_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
+def split_layer(x: LayerSpec, k: int) -> tuple[LayerSpec, ...]:
     """`x` as `k` consecutive pieces (k = 1 returns it unchanged)."""
     if k == 1:
         return (x,)
-    if not shardable(x):
+    if not splittable(x):
         why = " (its QK-norm weights are shared by every head)" if x.qk_norm else ""
-        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split{why}; shardable kinds: "
-                          f"{', '.join(k.value for k in SHARD_DIM)}")
+        raise ConfigError(f"layer {x.label} ({x.kind.value}) cannot be split{why}; splittable kinds: "
+                          f"{', '.join(k.value for k in SPLIT_DIM)}")
     n = split_extent(x)
     if not 1 <= k <= n:
-        raise ConfigError(f"layer {x.label}: {k} pieces; its {SHARD_DIM[x.kind]}={n} allows 1 to {n}")
-    return tuple(replace(x, name=f"{x.label}[{j}/{k}]", shard=j, shards=k) for j in range(k))
+        raise ConfigError(f"layer {x.label}: {k} pieces; its {SPLIT_DIM[x.kind]}={n} allows 1 to {n}")
+    return tuple(replace(x, name=f"{x.label}[{j}/{k}]", piece=j, pieces=k) for j in range(k))
 
 
-def shard_model(model: ModelSpec, counts: Mapping[int, int]) -> ModelSpec:
+def split_model(model: ModelSpec, counts: Mapping[int, int]) -> ModelSpec:
     """`model` with layer i split into `counts[i]` pieces (layers not named stay whole)."""
     for i in counts:
         if not 0 <= int(i) < model.n_layers:
-            raise ConfigError(f"shards: layer {i} does not exist (the model has {model.n_layers} layers)")
+            raise ConfigError(f"pieces: layer {i} does not exist (the model has {model.n_layers} layers)")
     layers: list[LayerSpec] = []
     for i, x in enumerate(model.layers):
-        layers.extend(shard_layer(x, int(counts.get(i, 1))))
+        layers.extend(split_layer(x, int(counts.get(i, 1))))
     return replace(model, layers=tuple(layers))
 
 
-def shard_map(n_layers: int, counts: Mapping[int, int]) -> np.ndarray:
-    """`out[j]` = the original layer that layer j of the sharded model came from."""
+def piece_map(n_layers: int, counts: Mapping[int, int]) -> np.ndarray:
+    """`out[j]` = the original layer that layer j of the split model came from."""
     return np.repeat(np.arange(n_layers), [int(counts.get(i, 1)) for i in range(n_layers)])
 
 
-def choose_counts(work: Sequence[float], may_shard: Sequence[bool], n_devices: int,
+def choose_counts(work: Sequence[float], may_split: Sequence[bool], n_devices: int,
                   max_share: float = 0.5, max_pieces: Sequence[int] | None = None) -> dict[int, int]:
-    """Pieces per layer so that no shardable layer exceeds `max_share` of a device's even share.
+    """Pieces per layer so that no splittable layer exceeds `max_share` of a device's even share.
 
-    `work[i]`: layer i's F+I+W time; `may_shard[i]`: whether it may split; `max_pieces[i]`: the
+    `work[i]`: layer i's F+I+W time; `may_split[i]`: whether it may split; `max_pieces[i]`: the
     size of its split dimension. Returns only the layers that split (empty: nothing to gain).
     """
     w = np.asarray(work, dtype=float)
@@ -124,7 +124,7 @@ def choose_counts(work: Sequence[float], may_shard: Sequence[bool], n_devices: i
         raise ConfigError(f"choose_counts: n_devices={n_devices}, max_share={max_share}: both must be positive")
     cap = max_share * w.sum() / n_devices
     out: dict[int, int] = {}
-    for i, (wi, ok) in enumerate(zip(w, may_shard)):
+    for i, (wi, ok) in enumerate(zip(w, may_split)):
         if ok and cap > 0 and wi > cap:
             k = math.ceil(wi / cap)
             if max_pieces is not None:

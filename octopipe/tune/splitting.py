@@ -1,11 +1,11 @@
-"""The planner's fourth lever: shard layers heavier than a device's share (cut them into pieces).
+"""The planner's fourth lever: piece layers heavier than a device's share (cut them into pieces).
 
 No partition can beat its heaviest layer: at 16 or 32 stages an LM head or an MoE layer holds
 more than one device's even share of the work, and at 32 stages whole attention and Mamba layers
-cap how many chunks a device can hold. `octopipe.model.shard` defines exact pieces (a
+cap how many chunks a device can hold. `octopipe.model.pieces` defines exact pieces (a
 vocabulary-split head, an FFN-width-split MLP, an expert-split MoE, attention split by key/value
 heads, Mamba-2 by groups); this module decides how many pieces each heavy layer gets and
-supplies the CostTable of the sharded model, either from the model (analytic costs: exact per
+supplies the CostTable of the split model, either from the model (analytic costs: exact per
 piece) or by dividing a measured row evenly (profile files, whose
 per-piece times are not measured: an assumption the plan reports).
 """
@@ -18,28 +18,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from octopipe.cost.table import CostTable
-from octopipe.model.shard import choose_counts, shard_map, shard_model, shardable, split_extent
+from octopipe.model.pieces import choose_counts, piece_map, split_extent, split_model, splittable
 from octopipe.model.spec import ModelSpec
 
 MAX_ROW_PIECES = 8
 
 
 @dataclass(frozen=True)
-class LayerSharder:
-    """Which layers may be sharded, into how many pieces at most, and the costs of a sharded model."""
+class LayerSplitter:
+    """Which layers may be split, into how many pieces at most, and the costs of a split model."""
 
-    shardable: tuple[bool, ...]
+    splittable: tuple[bool, ...]
     max_pieces: tuple[int, ...]
     costs_for: Callable[[Mapping[int, int]], CostTable]
     source: str = "model"            # "model": pieces costed exactly; "rows": rows divided evenly
 
     def counts(self, layer_work: Sequence[float], n_devices: int, max_share: float) -> dict[int, int]:
-        """Pieces per heavy layer (empty when no shardable layer exceeds the share)."""
-        return choose_counts(layer_work, self.shardable, n_devices, max_share, self.max_pieces)
+        """Pieces per heavy layer (empty when no splittable layer exceeds the share)."""
+        return choose_counts(layer_work, self.splittable, n_devices, max_share, self.max_pieces)
 
     def options(self, layer_work: Sequence[float], n_devices: int,
                 max_share: float) -> list[dict[int, int]]:
-        """Shardings worth comparing: none, and pieces capped at `max_share`, half and a quarter of it
+        """Splittings worth comparing: none, and pieces capped at `max_share`, half and a quarter of it
         (distinct ones, fewest pieces first)."""
         out: list[dict[int, int]] = [{}]
         for f in (1.0, 0.5, 0.25):
@@ -49,26 +49,26 @@ class LayerSharder:
         return out
 
 
-def model_sharder(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSharder:
-    """Shard `model`'s HEAD, MLP, MoE, attention and Mamba-2 layers; `costs_of` prices the sharded
+def model_splitter(model: ModelSpec, costs_of: Callable[[ModelSpec], CostTable]) -> LayerSplitter:
+    """Piece `model`'s HEAD, MLP, MoE, attention and Mamba-2 layers; `costs_of` prices the split
     model."""
-    ok = tuple(shardable(x) for x in model.layers)
+    ok = tuple(splittable(x) for x in model.layers)
     cap = tuple(split_extent(x) for x in model.layers)
-    return LayerSharder(ok, cap, lambda counts: costs_of(shard_model(model, counts)), "model")
+    return LayerSplitter(ok, cap, lambda counts: costs_of(split_model(model, counts)), "model")
 
 
-def row_sharder(costs: CostTable, may_shard: Sequence[bool], fixed: Sequence[float] | None = None,
-                max_pieces: Sequence[int] | None = None) -> LayerSharder:
-    """Shard measured rows (at most `MAX_ROW_PIECES` pieces per row, and `max_pieces[i]` where
+def row_splitter(costs: CostTable, may_split: Sequence[bool], fixed: Sequence[float] | None = None,
+                max_pieces: Sequence[int] | None = None) -> LayerSplitter:
+    """Piece measured rows (at most `MAX_ROW_PIECES` pieces per row, and `max_pieces[i]` where
     the row's layer is known); `fixed[i]` is the share of row i that cannot split (a composite's
     attention part) and stays with its first piece."""
-    ok = tuple(bool(x) for x in may_shard)
+    ok = tuple(bool(x) for x in may_split)
     cap = max_pieces if max_pieces is not None else [MAX_ROW_PIECES] * len(ok)
-    return LayerSharder(ok, tuple(min(MAX_ROW_PIECES, int(c)) if x else 1 for x, c in zip(ok, cap)),
-                         lambda counts: shard_rows(costs, counts, fixed), "rows")
+    return LayerSplitter(ok, tuple(min(MAX_ROW_PIECES, int(c)) if x else 1 for x, c in zip(ok, cap)),
+                         lambda counts: split_rows(costs, counts, fixed), "rows")
 
 
-def shard_rows(costs: CostTable, counts: Mapping[int, int],
+def split_rows(costs: CostTable, counts: Mapping[int, int],
                fixed: Sequence[float] | None = None) -> CostTable:
     """`costs` with row i divided into `counts[i]` pieces: the first holds the row's fixed share
     (`fixed[i]`, default 0) plus an equal part of the rest, the others an equal part each.
@@ -79,7 +79,7 @@ def shard_rows(costs: CostTable, counts: Mapping[int, int],
     are twice the larger of the row's own and its predecessor's.
     """
     n = costs.n_layers
-    idx = shard_map(n, counts)
+    idx = piece_map(n, counts)
     k = np.array([int(counts.get(i, 1)) for i in range(n)], dtype=np.float64)[idx]
     fix = np.zeros(n) if fixed is None else np.clip(np.asarray(fixed, dtype=np.float64), 0.0, 1.0)
     starts = np.concatenate([[True], idx[1:] != idx[:-1]])     # the first piece of each row
@@ -105,7 +105,7 @@ def shard_rows(costs: CostTable, counts: Mapping[int, int],
 
 
 def map_sizes(sizes: Sequence[int], counts: Mapping[int, int]) -> tuple[int, ...]:
-    """Stage sizes over the original layers → the same stages over the sharded model's layers."""
+    """Stage sizes over the original layers → the same stages over the split model's layers."""
     out, lo = [], 0
     for n in sizes:
         out.append(sum(int(counts.get(i, 1)) for i in range(lo, lo + int(n))))
