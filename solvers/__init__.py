@@ -20,8 +20,8 @@ from solvers.dp import dp_partition
 from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance, solve_partition
+from solvers.partition_result import PartitionResult
 from solvers.placement_ilp import solve_partition_placement, solve_placement_instance
-from solvers.result import PartitionResult
 from solvers.smt import SmtVerdict, check_deadlock_free, check_memory_feasible
 
 __all__ = [

@@ -10,7 +10,7 @@ from math import comb
 
 from octopipe.errors import ConfigError
 from solvers.instance import PartitionInstance, partition_from_bounds
-from solvers.result import PartitionResult, make_result
+from solvers.partition_result import PartitionResult, make_result
 
 MAX_CANDIDATES = 2_000_000
 

@@ -49,8 +49,8 @@ from solvers.dp import dp_partition
 from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
+from solvers.partition_result import PartitionResult
 from solvers.placement_ilp import solve_placement_instance
-from solvers.result import PartitionResult
 
 BRUTE_MAX = 50_000          # partitions brute force may enumerate in the comparison
 

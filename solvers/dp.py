@@ -14,7 +14,7 @@ import numpy as np
 from octopipe.errors import ConfigError
 from octopipe.plan import min_max_partition
 from solvers.instance import PartitionInstance
-from solvers.result import PartitionResult, make_result
+from solvers.partition_result import PartitionResult, make_result
 
 
 def stage_cost_matrix(inst: PartitionInstance, s: int, placement: tuple[int, ...]) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from octopipe.errors import ConfigError
 from solvers.instance import PartitionInstance, partition_from_bounds
-from solvers.result import PartitionResult, make_result
+from solvers.partition_result import PartitionResult, make_result
 
 
 def greedy_partition(inst: PartitionInstance) -> PartitionResult:

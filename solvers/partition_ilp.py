@@ -22,7 +22,7 @@ from solvers.backend import SolverConfig, run_model
 from solvers.greedy import greedy_partition, improve_by_shifts
 from solvers.instance import Inflight, PartitionInstance, partition_from_bounds
 from solvers.partition_model import add_device_terms
-from solvers.result import PartitionResult, make_result
+from solvers.partition_result import PartitionResult, make_result
 from solvers.shortfall import explain_shortfall
 from solvers.staircase import Staircase, reach_windows
 from solvers.units import GIB, time_unit

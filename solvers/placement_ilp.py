@@ -27,8 +27,8 @@ from octopipe.schedule.table import loop_placement, v_placement
 from solvers.backend import SolverConfig, run_model
 from solvers.instance import Inflight, PartitionInstance
 from solvers.partition_ilp import solve_instance
+from solvers.partition_result import PartitionResult, make_result
 from solvers.placement_model import build_placement_model, stages_per_device
-from solvers.result import PartitionResult, make_result
 from solvers.shortfall import explain_shortfall
 from solvers.units import time_unit
 

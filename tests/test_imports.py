@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("octopipe.runtime",),
     ("octopipe.measure", "octopipe.train", "octopipe.asynchronous", "octopipe.layout"),
     # the contract every driver (a mode or an experiment) takes and returns
-    ("octopipe.modes.inputs", "octopipe.modes.result", "octopipe.modes.artifacts"),
+    ("octopipe.modes.inputs", "octopipe.modes.mode_result", "octopipe.modes.artifacts"),
     ("octopipe.experiments",),
     ("octopipe.modes",),
     ("octopipe.run", "octopipe.__main__"),

@@ -13,7 +13,7 @@ from octopipe.cost.table import CostTable
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Simulator
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 
 WEIGHT_BYTES = 2.0   # one stashed copy of a parameter in bf16 (the weights only: no grads, no optimizer)
 

@@ -36,7 +36,7 @@ from octopipe.experiments.octopipe_authors import split_shares
 from octopipe.model.build import build_model
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs, splitter_for
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import track_cases
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import LayerSplitter, row_splitter

@@ -21,7 +21,7 @@ from octopipe.layout.evaluate import LEVELS, Evaluation
 from octopipe.model.build import build_model
 from octopipe.modes.artifacts import text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 from octopipe.progress import track_cases
 
 

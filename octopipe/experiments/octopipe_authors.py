@@ -44,7 +44,7 @@ from octopipe.experiments.octopipe_authors_gate import gated_makespan
 from octopipe.experiments.octopipe_authors_results import Case, CheckRow, Outcome, Results
 from octopipe.model.layer import LayerKind
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 from octopipe.plan import Partition, Plan, uniform_partition
 from octopipe.progress import case_progress
 from octopipe.schedule.library import build_schedule

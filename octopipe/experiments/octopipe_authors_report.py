@@ -13,7 +13,7 @@ from rich.table import Table
 
 from octopipe.config.experiment import OctoPipeAuthorsExperiment
 from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
-from octopipe.modes.result import Artifact
+from octopipe.modes.mode_result import Artifact
 
 
 def _by_case(outcomes: Sequence[Outcome]) -> dict[Case, list[Outcome]]:

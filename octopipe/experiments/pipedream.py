@@ -44,7 +44,7 @@ from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.progress import track_cases
 from octopipe.runtime.job import Job

@@ -92,7 +92,7 @@ from octopipe.experiments.rrfp_setup import (
 )
 from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 from octopipe.progress import track_cases
 from octopipe.runtime.dispatch import variability_of
 from octopipe.runtime.emulation import emulation

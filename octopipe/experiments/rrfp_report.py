@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from octopipe.modes.result import Artifact
+from octopipe.modes.mode_result import Artifact
 
 
 def fmt(x: float | None, spec: str) -> str:

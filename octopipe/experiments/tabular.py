@@ -28,7 +28,7 @@ from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.model.build import build_model
 from octopipe.modes.artifacts import text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
 from octopipe.schedule.idealized import idealize

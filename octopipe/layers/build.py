@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from octopipe.layers.attention import MLA, Attention, LinearAttention
-from octopipe.layers.io import Embedding, Head, PatchEmbed, Projector, ViTBlock
+from octopipe.layers.edges import Embedding, Head, PatchEmbed, Projector, ViTBlock
 from octopipe.layers.mlp import MLP, MoE
 from octopipe.layers.pieces import build_piece, load_pieces, origins, whole_spec
 from octopipe.layers.ssm import Mamba1, Mamba2

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from octopipe.layers.attention import Attention, sdpa
-from octopipe.layers.io import Head
+from octopipe.layers.edges import Head
 from octopipe.layers.mlp import MLP, FeedForward, MoE, top_k_route
 from octopipe.model.layer import LayerKind, LayerSpec
 

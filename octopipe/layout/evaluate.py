@@ -27,13 +27,13 @@ from octopipe.cost.analytic import AnalyticCostModel
 from octopipe.cost.collectives import dp_sync_seconds
 from octopipe.cost.table import CostTable
 from octopipe.errors import DeadlockError, InfeasibleError
-from octopipe.layout.grid import Grid
+from octopipe.layout.rank_grid import Grid
 from octopipe.layout.space import Layout
 from octopipe.model.spec import ModelSpec
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.durations import with_grad_sync
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 from octopipe.sim.simulator import Simulator
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.baselines import run_baselines

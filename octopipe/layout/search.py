@@ -23,7 +23,7 @@ from octopipe.config.layout import LayoutConfig
 from octopipe.cost.collectives import static_bytes_per_param
 from octopipe.errors import InfeasibleError
 from octopipe.layout.evaluate import Evaluation, LayoutEvaluator
-from octopipe.layout.grid import Grid
+from octopipe.layout.rank_grid import Grid
 from octopipe.layout.space import Layout, enumerate_layouts
 from octopipe.model.params import layer_params
 from octopipe.model.spec import ModelSpec

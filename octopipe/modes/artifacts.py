@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from octopipe.io import json_text
-from octopipe.modes.result import Artifact
+from octopipe.modes.mode_result import Artifact
 from octopipe.plan import Plan
 from octopipe.plan_io import plan_to_doc
 from octopipe.schedule.csv_io import write_csv

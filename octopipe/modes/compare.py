@@ -26,7 +26,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, DeadlockError, InfeasibleError, OctoPipeError
 from octopipe.modes.artifacts import compact_json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.modes.simulate import check_work, estimated_actions
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize

@@ -1,67 +1,9 @@
 """`mode=execute`: run a plan on the torch.distributed runtime and measure it against the simulator.
 
-The plan is a named schedule (`schedule=<name>`, with `pp`, `chunks`, `microbatches`; layers split
-evenly), a file (`schedule.file=PATH`: a plan JSON with its partition, or a torch CSV), or the
-tuner's plan (`schedule=octopipe`); `runtime.schedules=[1f1b,zbv]` runs several side by side.
-
-A plan with `pieces` (the tuner's split layers: original layer index -> pieces) runs
-the model with those layers split (`octopipe.model.pieces`, `plan_model`): its partition indexes
-the pieces; the stages, the reference gradients, the profiled costs and the calibration are those
-of the split model, which starts from the unsplit model's weights (so its loss is the same).
-
-Model: `runtime.compute=real` builds the layers, so a model too large for this machine would not
-fit: with `runtime.model=auto` (the default) a model above `runtime.max_params` parameters is
-replaced by the tiny_hybrid preset and the run says so; `runtime.model=<preset>` picks one.
-
-Pinning: `runtime.pin=auto` (the default) pins rank r to the r-th core (modulo the cores this
-process may use, `octopipe.runtime.pinning.pin_map`) where the platform can (Linux); `true` insists,
-`false` leaves placement to the OS. Pinned ranks run every launch, calibration and measured
-alike, on their cores, and the fit and the prediction count concurrency per core.
-
-Calibration: the simulator gets costs calibrated in situ (`runtime.calibrate=true`, the default;
-see octopipe/measure/insitu.py). Before the plans run, one separate launch per partition the
-schedules use measures F, I, W and B of every stage on the same ranks, backend, threads and
-cores: a plan with `c` stages on each rank (1F1B, GPipe, ZB-H1: c=1; interleaved, ZB-V: c=2; a
-tuned plan, even split or not) is predicted from `calibration_table(n, m, chunks=c)` (1F1B, or
-interleaved 1F1B for c > 1, with half its backwards split into I and W) run on that very
-partition (`insitu.calibration_partition`); any other plan from the even one-stage-per-rank
-calibration's per-layer fit, which spreads each calibrated stage over its layers in the
-`cost=profiled` profile's shape. Durations
-are referred to a core of their own and stretched again where ranks share cores; that gives
-`simulated_iteration_s`, and each schedule's summary names its `calibration`. The offline
-profile's prediction stays in `simulated_profiled_iteration_s` / `fidelity_error_profiled`;
-`runtime.calibrate=false` (or fewer than 2 micro-batches) predicts from the profile alone. The
-loopback link is measured too.
-`runtime.compute=emulated` keeps the selected model: every action sleeps its modelled time
-(cost=analytic/file/profiled, scaled to `runtime.emulate_step_s`) while messages of the modelled
-sizes really travel, so 8-16 ranks fit on two cores; its ranks are never pinned.
-
-Ranks and links: `runtime.backend` gloo (default) or nccl (a GPU per rank), `runtime.device`
-(auto: cuda with nccl, else cpu; `cuda` with gloo lets several ranks share one GPU, messages staged
-through host memory) and `runtime.transport` (auto: `ordered` with nccl, which matches messages by
-order, `tagged` with gloo); `cost=profiled` measures the layers on that same device.
-
-Writes trace.json (the measured run: a track per rank, transfers as flows; one trace_<name>.json
-per schedule when several run), plan.json + schedule.csv (the first schedule), summary.json with
-grad_check_max_rel_err, measured_iteration_s, simulated_iteration_s, fidelity_error, `pinned`
-(each rank's core, or null), the `calibrations` run and a `schedules` entry per schedule.
-`arbitration` (when runtime.hint, max_inflight or memory_cap, or any variability field is set):
-the measured iteration against the simulator under the same policy and the same draws of the
-shared jitter model, from base stage times (observed / drawn factor), and its `error`.
-`tp` and `agreement` (runtime.tp > 1 under ready_first: RRFP's scalar all-gather, microseconds
-per round, rounds per task, its largest share of a rank's iteration; null otherwise): with
-compute=real each stage is split Megatron-style over its TP ranks (octopipe/runtime/README.md)
-and the gradient check compares the assembled pieces with the single-process reference.
-`simulated_replay_iteration_s` / `fidelity_error_replay` re-simulate with each stage's F/I/W/B
-times observed in the measured iterations: on a shared, loaded CPU this separates the simulator's
-model of the schedule (dependencies, transfers, dispatch) from the drift between offline
-profiling and the contended run.
-
-Structure: `check_runtime` checks what of `runtime.*` depends on this machine before any work;
-the input builders (`choose_model`, `_costs`, `_plans`) read the typed config and the
-dispatcher's `Inputs`; `measure` is a function of values (a `Job` template with the model,
-config, costs and cluster, the plans) returning a `Result` (summary, report lines, artifacts),
-which the reporter prints and writes.
+The plans (a named schedule, a plan or CSV file, or the tuner's plan), the model chosen for this
+machine, the in-situ calibration and the figures written are described in docs/runtime.md
+("mode=execute"). `check_runtime` checks what of `runtime.*` depends on this machine before any
+work; `measure` is a function of values (a `Job` template, the plans) returning a `Result`.
 """
 from __future__ import annotations
 
@@ -83,14 +25,14 @@ from octopipe.cost.sources import cost_table
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.io import preset_names
-from octopipe.measure.fidelity import Comparison, summarise
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
+from octopipe.measure.measured_vs_simulated import Comparison, summarise
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import json_artifact, plan_artifacts
 from octopipe.modes.inputs import Inputs, splitter_for
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 from octopipe.modes.simulate import schedule_from_cfg
 from octopipe.plan import Plan, plan_model
 from octopipe.plan_io import load_plan

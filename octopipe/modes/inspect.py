@@ -17,7 +17,7 @@ from octopipe.model.params import layer_params, model_params
 from octopipe.model.spec import ModelSpec
 from octopipe.model.validate import validate_model
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 
 MB = 1e6
 

@@ -15,7 +15,7 @@ from octopipe.layout import Grid, search
 from octopipe.layout.evaluate import Evaluation
 from octopipe.modes.artifacts import json_artifact, plan_artifacts
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 from octopipe.progress import weighted_progress
 
 GIB = 2.0 ** 30

@@ -12,7 +12,7 @@ from rich.table import Table
 from octopipe.errors import InfeasibleError
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.schedule.render import bars_trace
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from octopipe.io import write_atomic, write_json
-from octopipe.modes.result import Result
+from octopipe.modes.mode_result import Result
 
 
 def console_for(width: int = 0) -> Console:

@@ -23,7 +23,7 @@ from octopipe.config.sim import SimConfig
 from octopipe.errors import ConfigError
 from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, table_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.library import SCHEDULES, build_schedule
@@ -31,7 +31,7 @@ from octopipe.schedule.render import grid_text
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import Jitter, ReadyFirst, Simulator
 from octopipe.sim.agreement import tp_agreement
-from octopipe.sim.result import CAUSES
+from octopipe.sim.sim_result import CAUSES
 from octopipe.sim.trace import sim_timeline_png, sim_trace
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from octopipe.errors import OctoPipeError
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from solvers.compare import FULL, SMALL, compare_solvers, plot_solve_times, summarize_methods, tables
 

@@ -19,7 +19,7 @@ import torch
 
 from octopipe.modes.artifacts import plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
-from octopipe.modes.result import Artifact, Result
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.loop import TrainRun, launch_training, reference_train
 from octopipe.train.setup import fingerprints, setup, start_step, streams_before, train_job

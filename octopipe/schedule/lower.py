@@ -31,8 +31,8 @@ from collections import defaultdict, deque
 
 from octopipe.errors import DeadlockError, ScheduleError
 from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, ActionKind, B, F, I
-from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.text_grid import format_grid
 from octopipe.schedule.validate import first_stuck, validate
 
 Transfer = tuple[Action, Action]

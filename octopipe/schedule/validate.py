@@ -11,8 +11,8 @@ from collections import defaultdict, deque
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, ActionKind, B, F, I, W
-from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.text_grid import format_grid
 
 
 def _fail(table: ScheduleTable, where, sentence: str) -> ScheduleError:

@@ -7,7 +7,7 @@ communication semantics; results are `SimResult`s. Deadlock semantics: `octopipe
 from octopipe.sim.deadlock import Deadlock, Wait
 from octopipe.sim.durations import Durations, bind
 from octopipe.sim.program import Program, compile_table
-from octopipe.sim.result import CAUSES, SimResult
+from octopipe.sim.sim_result import CAUSES, SimResult
 from octopipe.sim.simulator import HINTS, POLICIES, ReadyFirst, Simulator, find_deadlock, simulate
 from octopipe.sim.variability import Jitter, MonteCarlo
 

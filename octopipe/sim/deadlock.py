@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from octopipe.errors import DeadlockError
 from octopipe.schedule.action import Action, ActionKind
-from octopipe.schedule.grid import format_grid
+from octopipe.schedule.text_grid import format_grid
 from octopipe.sim.engine import BATCHED, EAGER, StuckState
 from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, FWD, Program
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, ActionKind
-from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.text_grid import format_grid
 
 KIND_CODE = {ActionKind.F: 0, ActionKind.I: 1, ActionKind.W: 2, ActionKind.B: 3}
 # every kind's code, 4+ = comm (str-valued members hash at C speed)

@@ -30,7 +30,7 @@ from octopipe.sim.durations import Durations, bind, uniform
 from octopipe.sim.engine import EAGER, SEMANTICS, Raw, run_ready_first, run_strict
 from octopipe.sim.hints import HINTS
 from octopipe.sim.program import Program, compile_table
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 from octopipe.sim.variability import Jitter, MonteCarlo, Variability
 
 POLICIES = ("strict", "ready_first")

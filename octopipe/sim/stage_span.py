@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 
 
 def stage_spans(sim: SimResult) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 
 from octopipe.schedule.timeline import Timeline, save_timeline_png, timeline
 from octopipe.sim.program import FWD, KIND_OF_CODE
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 
 KIND_NAME = {code: kind.value for code, kind in enumerate(KIND_OF_CODE)}
 COMPUTE_TID, SEND_TID, RECV_TID = 0, 1, 2

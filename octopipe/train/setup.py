@@ -28,6 +28,7 @@ from octopipe.model.params import model_params
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.plan_io import load_plan, plan_to_doc
+from octopipe.runtime.dispatch import plain
 from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import SpecBlocks
@@ -220,7 +221,8 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "") -> t
     if cfg.runtime.tp != 1:
         raise ConfigError(f"runtime.tp={cfg.runtime.tp}: mode=train runs pipeline ranks only; use "
                           "runtime.tp=1")
-    runtime = replace(cfg.runtime, dispatch=t.dispatch, compute="real", lr=0.0, warmup=0, iterations=1,
+    # the training loop runs the table as planned: no hint, caps or jitter (`plain`), as before
+    runtime = replace(plain(cfg.runtime), dispatch=t.dispatch, compute="real", lr=0.0, warmup=0, iterations=1,
                       timeout_s=t.timeout_s)
     meta, stream, weights, batches = fingerprints(s, cfg.seed), None, None, s.batches
     plan = s.plan

@@ -21,7 +21,7 @@ layer and device bounds), baselines, freeze (policy → table), result (TuneResu
 """
 from octopipe.tune.attribution import Attribution, attribute, attribute_sim
 from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.result import TuneResult
+from octopipe.tune.tune_result import TuneResult
 from octopipe.tune.tuner import TuneOptions, TunerConfig, tune
 
 __all__ = [

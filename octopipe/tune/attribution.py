@@ -1,6 +1,6 @@
 """Bubble attribution: what the tuner steers by, derived from the simulator's bubble causes.
 
-The simulator's vocabulary (`octopipe.sim.result.BubbleCause`) is the project's one; the tuner
+The simulator's vocabulary (`octopipe.sim.sim_result.BubbleCause`) is the project's one; the tuner
 groups it into four causes per device (they sum to the device's idle time, makespan − busy):
 - `imbalance`: the part of the dependency waits (`DEPENDENCY`: warm-up/cool-down, waiting
   upstream or downstream) the device would have even with a perfect schedule, because the
@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from octopipe.sim.result import BubbleCause, SimResult
+from octopipe.sim.sim_result import BubbleCause, SimResult
 from octopipe.tune.candidate import Candidate, Problem
 from octopipe.tune.listsched import ListResult
 

@@ -14,7 +14,7 @@ import numpy as np
 from octopipe.errors import DeadlockError
 from octopipe.plan import Plan
 from octopipe.schedule.lower import lower
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 from octopipe.sim.simulator import simulate
 from octopipe.tune.attribution import Attribution, attribute_sim
 from octopipe.tune.candidate import Problem

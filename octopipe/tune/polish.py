@@ -20,7 +20,7 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import DeadlockError, ScheduleError
 from octopipe.plan import Plan
 from octopipe.schedule.validate import data_predecessors
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 from octopipe.tune.candidate import Problem
 from octopipe.tune.evaluate import simulate_plan
 from solvers.w_placement import WInstance, place_ws

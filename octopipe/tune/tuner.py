@@ -54,7 +54,6 @@ from octopipe.tune.memory_budget import (
     budget_plans,
 )
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
-from octopipe.tune.result import TuneResult
 from octopipe.tune.search import (
     SearchConfig,
     SearchOutcome,
@@ -66,6 +65,7 @@ from octopipe.tune.split_choice import (
     split_problem,
 )
 from octopipe.tune.splitting import LayerSplitter
+from octopipe.tune.tune_result import TuneResult
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
-from octopipe.schedule.grid import format_grid
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.text_grid import format_grid
 from octopipe.schedule.validate import data_predecessors
 
 SEMANTICS = ("eager", "rendezvous", "batched")

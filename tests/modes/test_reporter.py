@@ -13,8 +13,8 @@ from octopipe.config import load, register
 from octopipe.io import CONF_DIR
 from octopipe.modes import compare, simulate
 from octopipe.modes.inputs import Inputs
+from octopipe.modes.mode_result import Artifact, Result
 from octopipe.modes.report import publish
-from octopipe.modes.result import Artifact, Result
 from octopipe.schedule.library import SCHEDULE_PRESETS
 
 

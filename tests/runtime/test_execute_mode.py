@@ -15,8 +15,8 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.io import CONF_DIR
-from octopipe.measure.fidelity import measure_fidelity
 from octopipe.measure.insitu import calibration_partition
+from octopipe.measure.measured_vs_simulated import measure_fidelity
 from octopipe.model.pieces import split_model
 from octopipe.modes.execute import _costs, _plans, check_runtime, model_preset, rank_cores
 from octopipe.modes.inputs import Inputs

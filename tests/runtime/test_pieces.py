@@ -7,7 +7,7 @@ import torch
 from octopipe.layers import build_layer, carry_shape
 from octopipe.layers.attention import Attention
 from octopipe.layers.batch import microbatch
-from octopipe.layers.io import Head
+from octopipe.layers.edges import Head
 from octopipe.layers.mlp import MLP, MoE
 from octopipe.layers.pieces import build_piece, load_pieces, piece_tensors, pieces_state_dict
 from octopipe.layers.ssm import Mamba2

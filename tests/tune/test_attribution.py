@@ -59,8 +59,8 @@ def test_the_tuners_causes_are_groups_of_the_simulators():
     from octopipe.plan import Partition, Plan
     from octopipe.schedule.library import build_schedule
     from octopipe.sim import simulate
-    from octopipe.sim.result import CAUSES as SIM_CAUSES
-    from octopipe.sim.result import DEPENDENCY, BubbleCause
+    from octopipe.sim.sim_result import CAUSES as SIM_CAUSES
+    from octopipe.sim.sim_result import DEPENDENCY, BubbleCause
     from octopipe.tune.attribution import attribute_sim
     costs = CostTable.uniform(8, f=1.0, i=1.0, w=1.0, out_bytes=1e9)
     table = build_schedule("zbh1", 4, 6)

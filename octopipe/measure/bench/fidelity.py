@@ -38,8 +38,8 @@ from octopipe.cost.profiled import profiled_costs
 from octopipe.cost.sources import cost_table
 from octopipe.io import write_json
 from octopipe.measure.bench.ranking import judge, spearman, spread
-from octopipe.measure.fidelity import Comparison, measure_fidelity, summarise
 from octopipe.measure.insitu import calibration_partition, calibration_tables, fit_run
+from octopipe.measure.measured_vs_simulated import Comparison, measure_fidelity, summarise
 from octopipe.model.build import build_model
 from octopipe.plan import Plan, partition_from_sizes, uniform_partition
 from octopipe.runtime.job import Job

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from octopipe.cost.table import CostTable
 from octopipe.plan import Plan
-from octopipe.sim.result import SimResult
+from octopipe.sim.sim_result import SimResult
 from octopipe.tune.attribution import Attribution
 from octopipe.tune.evaluate import Evaluated
 from octopipe.tune.fill_drain import FillDrain
