@@ -42,6 +42,7 @@ from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
 from octopipe.io import write_json
 from octopipe.model.build import build_model
 from octopipe.progress import WeightedStep, weighted_progress
+from octopipe.report.figures import pyplot, save
 from octopipe.schedule.table import loop_placement
 from solvers.backend import SolverConfig
 from solvers.brute import brute_force_partition
@@ -253,9 +254,7 @@ def print_table(rows: list[dict], summary: dict) -> None:
 
 
 def plot_solve_times(rows: list[dict], path: Path) -> None:
-    import matplotlib  # heavy: loaded only when a figure is drawn
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: only for the figure
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for m in sorted({r["method"] for r in rows}):
         pts = sorted((r["size"], max(r["solve_time_s"], 1e-5)) for r in rows if r["method"] == m)
@@ -267,9 +266,7 @@ def plot_solve_times(rows: list[dict], path: Path) -> None:
     ax.set_title("partitioning solvers: solve time vs instance size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def run_experiment(out_dir: Path, cfg: SolverConfig, small: bool = False,

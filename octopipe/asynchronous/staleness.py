@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from octopipe.asynchronous.tables import AsyncSchedule, Rule, async_schedule
+from octopipe.report.figures import pyplot, save
 from octopipe.schedule.action import F
 
 
@@ -106,9 +107,7 @@ def law_residuals(stats: dict[int, DelayStats]) -> dict[int, float]:
 
 def plot_delay_law(stats: dict[int, DelayStats], path: Path) -> None:
     """Mean and max steady-state delay against S, with S^2 - S/2 drawn over them (log-log)."""
-    import matplotlib  # optional heavy plotting dependency, loaded only to draw
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
+    plt = pyplot()
 
     s = np.array(sorted(stats))
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -122,9 +121,7 @@ def plot_delay_law(stats: dict[int, DelayStats], path: Path) -> None:
     ax.set_ylabel("steady-state delay (block updates)")
     ax.legend()
     ax.set_title("PipeDream staleness")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 __all__ = ["DelayStats", "Delays", "delay_by_stages", "delay_law", "delay_stats", "law_residuals",

@@ -38,6 +38,7 @@ from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs, splitter_for
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import track_cases
+from octopipe.report.figures import pyplot, save
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import LayerSplitter, row_splitter
 
@@ -143,9 +144,7 @@ def table_csv(rows: Sequence[Row]) -> str:
 
 
 def plot(rows: Sequence[Row], path) -> None:
-    import matplotlib  # only for the plot artifact
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # only for the plot artifact
+    plt = pyplot()
 
     models = list(dict.fromkeys(r.model for r in rows))
     labels = ["+".join(s) for s in subsets()]
@@ -162,9 +161,7 @@ def plot(rows: Sequence[Row], path) -> None:
     ax.set_ylabel("speedup over the best baseline")
     ax.set_title("tuner levers: alone and together")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def report_md(rows: Sequence[Row], exp: AblationExperiment, wall_s: float) -> str:

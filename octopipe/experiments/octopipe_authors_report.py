@@ -14,6 +14,7 @@ from rich.table import Table
 from octopipe.config.experiment import OctoPipeAuthorsExperiment
 from octopipe.experiments.octopipe_authors_results import Case, Outcome, Results, speedups
 from octopipe.modes.mode_result import Artifact
+from octopipe.report.figures import pyplot, save
 
 
 def _by_case(outcomes: Sequence[Outcome]) -> dict[Case, list[Outcome]]:
@@ -157,9 +158,7 @@ def _write_csv(path: Path, rows: Sequence[dict]) -> None:
 
 
 def _plot_efficiency(path: Path, res: Results) -> None:
-    import matplotlib  # heavy: only for the figures
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: only for the figures
+    plt = pyplot()
     profiles = list(dict.fromkeys(o.case.profile for o in res.outcomes))
     schedules = list(dict.fromkeys(o.schedule for o in res.outcomes))
     fig, axes = plt.subplots(len(profiles), 1, figsize=(12, 3 * max(1, len(profiles))), squeeze=False)
@@ -178,15 +177,11 @@ def _plot_efficiency(path: Path, res: Results) -> None:
         ax.set_ylabel("efficiency")
         ax.set_title(prof, fontsize=9)
         ax.legend(fontsize=7, ncol=len(schedules), loc="upper center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def _plot_bubbles(path: Path, res: Results, exp: OctoPipeAuthorsExperiment) -> None:
-    import matplotlib  # heavy: only for the figures
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: only for the figures
+    plt = pyplot()
     ref = exp.authors_reference
     target = Case(ref.profile, ref.devices, ref.microbatches, "free")
     outs = [o for o in res.outcomes if o.case == target]
@@ -201,9 +196,7 @@ def _plot_bubbles(path: Path, res: Results, exp: OctoPipeAuthorsExperiment) -> N
     ax.set_ylabel("bubble ratio")
     ax.set_title(f"per-device bubbles: {target.label}", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def _plot_speedup(path: Path, res: Results) -> None:
@@ -212,9 +205,7 @@ def _plot_speedup(path: Path, res: Results) -> None:
     sp = {c: v["speedup_vs_best_baseline"] for c, v in sp.items() if v}
     if not sp:
         return
-    import matplotlib  # heavy: only for the figures
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: only for the figures
+    plt = pyplot()
     keys = list(dict.fromkeys((c.profile, c.devices, c.microbatches) for c in sp))
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(keys)), 3.5))
     x = np.arange(len(keys))
@@ -225,9 +216,7 @@ def _plot_speedup(path: Path, res: Results) -> None:
     ax.set_xticks(x + 0.2, [f"{_short(k[0])}\np{k[1]} m{k[2]}" for k in keys], fontsize=6)
     ax.set_ylabel("speedup vs best baseline")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def _report_md(res: Results, summary: dict) -> str:

@@ -47,6 +47,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.plan import Plan, uniform_partition
 from octopipe.progress import track_cases
+from octopipe.report.figures import pyplot, save
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.schedule.generators.one_f_one_b import one_f_one_b
@@ -473,9 +474,7 @@ def _verdict(name: str, by_s: dict, ticks: dict) -> str:
 
 
 def _plot(results: dict, clock: str, path: Path) -> None:
-    import matplotlib  # optional heavy plotting dependency, loaded only to draw
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
+    plt = pyplot()
 
     names = list(results)
     cols = max(len(v) for v in results.values())
@@ -494,6 +493,4 @@ def _plot(results: dict, clock: str, path: Path) -> None:
         for j in range(len(results[name]), cols):
             axes[i][j].axis("off")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)

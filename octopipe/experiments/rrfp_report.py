@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from octopipe.modes.mode_result import Artifact
+from octopipe.report.figures import pyplot, save
 
 
 def fmt(x: float | None, spec: str) -> str:
@@ -164,9 +165,7 @@ def table_md(points: list[dict]) -> str:
 def plot(points: list[dict]) -> Artifact:
     """Speedup against CV: one panel per (workload, compute), measured solid, simulated dashed."""
     def write(path) -> None:
-        import matplotlib  # heavy: only for the figure
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # heavy: only for the figure
+        plt = pyplot()
         panels = sorted({(p["workload"], p["compute"], p["tp"]) for p in points})
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
         for ax, (w, c, tp) in zip(axes[0], panels):
@@ -183,7 +182,5 @@ def plot(points: list[dict]) -> Artifact:
             ax.set_xlabel("compute jitter CV")
             ax.set_ylabel("speedup over strict 1F1B")
         axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save(fig, path, dpi=120)
     return Artifact("speedup_vs_cv.png", write)

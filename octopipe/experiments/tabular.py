@@ -31,6 +31,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
+from octopipe.report.figures import pyplot, save
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import bubble_ratio, build_schedule
 from octopipe.sim.durations import bind
@@ -338,9 +339,7 @@ def _best_set(rows: list[dict], key: str) -> tuple[str, ...]:
 
 
 def _plot(points: list[dict], ex: Any, path: Path) -> None:
-    import matplotlib  # heavy: only for the figure
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: only for the figure
+    plt = pyplot()
     idx = _index(points)
     mbs = [int(b) for b in ex.microbatches]
     fig, axes = plt.subplots(len(ex.stages), 3, figsize=(13, 3.6 * len(ex.stages)), squeeze=False)
@@ -356,6 +355,4 @@ def _plot(points: list[dict], ex: Any, path: Path) -> None:
             ax.set_xlabel("micro-batches B")
             ax.set_ylabel("makespan (s)")
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)

@@ -138,7 +138,7 @@ class IdealizedTable:
         return float(self.start[k]), float(self.end[k])
 
     def rows(self) -> Iterator[tuple[str, str, float, float, str]]:
-        """(lane label, kind, start, end, action text) per action: `render.gantt_png`'s bars."""
+        """(lane label, kind, start, end, action text) per action: `render.bars_trace`'s bars."""
         for k, a in enumerate(self.actions):
             yield (f"dev {int(self.device[k])}", a.kind.value, float(self.start[k]),
                    float(self.end[k]), str(a))

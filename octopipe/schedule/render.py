@@ -1,26 +1,20 @@
-"""Pictures of schedules: a coloured terminal grid, a PNG Gantt chart, a Chrome/Perfetto trace.
+"""Pictures of schedules: a coloured terminal grid, and timed bars as a Chrome/Perfetto trace.
 
-Colours come from `octopipe.schedule.palette`, the same in every picture. The Gantt chart and
-the trace are generic over timed bars so that any timing can reuse them:
+Colours come from `octopipe.schedule.palette`, the same in every picture; the one Gantt
+renderer is the device timeline (`octopipe.schedule.timeline`), the one trace builder
+`octopipe.report.trace`.
 
-- `gantt_png(path, bars, title)` draws `bars`, an iterable of `Bar(label, kind, start, end,
-  text)` (plain tuples of 4 or 5 items work too): one horizontal lane per distinct `label` in
-  order of first appearance, the colour from `kind` (an ActionKind name such as ``F`` or
-  ``SEND_B``, or any other string, which gets a stable colour of its own), `text` written inside
-  the bar when it fits.
-- `bars_trace(bars, unit_us)` returns the Chrome trace-event document (open it in
-  ui.perfetto.dev or chrome://tracing): a thread per label, a complete event ("ph": "X") per bar
-  with its kind as category; `unit_us` is the length of one time unit in microseconds (1e6 for
-  seconds; `IDEALIZED_SLOT_US` for idealized slots, shown as milliseconds).
+- `bars_trace(bars, unit_us)` returns the trace of `bars`, an iterable of `Bar(label, kind,
+  start, end, text)` (plain tuples of 4 or 5 items work too): a thread per label, a complete
+  event per bar with its kind as category; `unit_us` is the length of one time unit in
+  microseconds (1e6 for seconds; `IDEALIZED_SLOT_US` for idealized slots, shown as ms).
 
 For an `IdealizedTable`: `idealized_bars(it)` (bars per action), `idealized_timeline(it)` (the
-device timeline of `octopipe.schedule.timeline`), `idealized_timeline_png` and
-`idealized_trace`.
+device timeline), `idealized_timeline_png` and `idealized_trace`.
 """
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -30,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from octopipe.errors import ScheduleError
+from octopipe.report.trace import TraceBuilder, write_trace
 from octopipe.schedule import palette
 from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.idealized import IdealizedTable
@@ -141,73 +136,19 @@ def _bars(bars: Iterable[Sequence]) -> list[Bar]:
     return out
 
 
-def gantt_png(path: str | Path, bars: Iterable[Sequence], title: str = "",
-              time_label: str = "time", dpi: int = 110) -> Path:
-    """Draw bars as a Gantt chart (Agg backend, no display) and save a PNG at `path`: one lane
-    per label, all bars in one polygon collection (fast for thousands of bars)."""
-    import matplotlib  # optional heavy dependency: only pictures need it
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
-    from matplotlib.collections import PolyCollection  # heavy: only where a picture is drawn
-    from matplotlib.patches import Patch  # heavy: only where a picture is drawn
-
-    items = _bars(bars)
-    if not items:
-        raise ScheduleError("gantt_png needs at least one bar")
-    lanes: dict[str, int] = {}
-    for b in items:
-        lanes.setdefault(b.label, len(lanes))
-    t0 = min(b.start for b in items)
-    span = max(b.end for b in items) - t0 or 1.0
-    width = min(4 + 0.12 * len(items) / max(1, len(lanes)) * 3, 24)
-    fig, ax = plt.subplots(figsize=(width, 1 + 0.45 * len(lanes)))
-    try:
-        faces = [kind_colour(b.kind) for b in items]
-        ax.add_collection(PolyCollection(
-            [[(b.start, lanes[b.label] - 0.4), (b.end, lanes[b.label] - 0.4),
-              (b.end, lanes[b.label] + 0.4), (b.start, lanes[b.label] + 0.4)] for b in items],
-            facecolors=faces, edgecolors="black", linewidths=0.3))
-        labelled = [b for b in items if b.text and (b.end - b.start) / span > 0.006 * len(b.text)]
-        for b in labelled[:3000]:
-            ax.text((b.start + b.end) / 2, lanes[b.label], b.text, ha="center", va="center",
-                    fontsize=6, color=palette.kind_style(b.kind).text, clip_on=True)
-        ax.set_xlim(t0 - 0.01 * span, t0 + 1.01 * span)
-        ax.set_ylim(len(lanes) - 0.5, -0.5)
-        ax.set_yticks(range(len(lanes)), list(lanes))
-        ax.set_xlabel(time_label)
-        if title:
-            ax.set_title(title)
-        kinds = list(dict.fromkeys(b.kind for b in items))
-        ax.legend(handles=[Patch(color=kind_colour(k), label=k) for k in kinds], loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=dpi)
-    finally:
-        plt.close(fig)
-    return path
-
-
 def bars_trace(bars: Iterable[Sequence], unit_us: float = 1e6, process: str = "octopipe") -> dict:
-    """The Chrome trace-event document of `bars` (times multiplied by `unit_us` → µs)."""
+    """The Chrome trace of `bars` (times multiplied by `unit_us` → µs): a thread per lane."""
     items = _bars(bars)
     lanes: dict[str, int] = {}
     for b in items:
         lanes.setdefault(b.label, len(lanes))
-    events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": process}}]
-    events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": t, "args": {"name": label}}
-               for label, t in lanes.items()]
-    events += [{"name": b.text or b.kind, "cat": b.kind, "ph": "X", "pid": 0, "tid": lanes[b.label],
-                "ts": b.start * unit_us, "dur": (b.end - b.start) * unit_us}
-               for b in items]
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
-def write_trace(path: str | Path, trace: dict) -> Path:
-    path = Path(path)
-    path.write_text(json.dumps(trace))
-    return path
+    tr = TraceBuilder()
+    tr.process(0, process)
+    for label, t in lanes.items():
+        tr.thread(0, t, label)
+    for b in items:
+        tr.slice(b.text or b.kind, b.kind, (0, lanes[b.label]), b.start * unit_us, (b.end - b.start) * unit_us)
+    return tr.document()
 
 
 def idealized_bars(it: IdealizedTable) -> list[Bar]:
@@ -242,7 +183,6 @@ __all__ = [
     "ActionKind",
     "Bar",
     "bars_trace",
-    "gantt_png",
     "grid_renderable",
     "grid_text",
     "idealized_bars",

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from octopipe.errors import ScheduleError
+from octopipe.report.figures import pyplot, save
 from octopipe.schedule import palette
 
 _MAX_LABELS = 3000        # text objects are the slow part of a large figure
@@ -133,10 +134,7 @@ def _scale(tl: Timeline) -> tuple[float, str]:
 
 def save_timeline_png(path: str | Path, tl: Timeline, title: str = "") -> Path:
     """Draw `tl` (see the module docstring) with the Agg backend and save a PNG at `path`."""
-    import matplotlib  # optional heavy dependency: only pictures need it
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # heavy: only where a picture is drawn
+    plt = pyplot()
     from matplotlib.collections import PolyCollection  # heavy: only where a picture is drawn
     from matplotlib.patches import Patch  # heavy: only where a picture is drawn
 
@@ -187,12 +185,9 @@ def save_timeline_png(path: str | Path, tl: Timeline, title: str = "") -> Path:
                   fontsize=8, frameon=False, handlelength=1.6, columnspacing=1.2, borderaxespad=0.2)
         if title:
             ax.set_title(title, loc="left", fontsize=10, pad=20)
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=_DPI)
+        return save(fig, path, dpi=_DPI)
     finally:
-        plt.close(fig)
-    return path
+        plt.close(fig)      # also when drawing failed; closing a saved figure again is harmless
 
 
 def _kind_order(kind: str) -> tuple[int, str]:

@@ -2,11 +2,11 @@
 timeline (`octopipe.schedule.timeline`) drawn as a PNG."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from octopipe.report.trace import TraceBuilder, write_trace
 from octopipe.schedule.timeline import Timeline, save_timeline_png, timeline
 from octopipe.sim.program import FWD, KIND_OF_CODE
 from octopipe.sim.sim_result import SimResult
@@ -20,30 +20,24 @@ def sim_trace(res: SimResult) -> dict:
     counter, and a flow arrow from each transfer's send slice to its receive slice."""
     P = res.program
     us = 1e6
-    ev: list[dict] = []
+    tr = TraceBuilder()
     for d in range(P.n_devices):
-        ev.append({"ph": "M", "name": "process_name", "pid": d, "args": {"name": f"device {d}"}})
+        tr.process(d, f"device {d}")
         for tid, name in ((COMPUTE_TID, "compute"), (SEND_TID, "send"), (RECV_TID, "recv")):
-            ev.append({"ph": "M", "name": "thread_name", "pid": d, "tid": tid, "args": {"name": name}})
+            tr.thread(d, tid, name)
     for c in range(P.n_compute):
         k = int(P.c_kind[c])
-        ev.append({"ph": "X", "name": str(P.action(c)), "cat": KIND_NAME[k], "pid": int(P.c_dev[c]),
-                   "tid": COMPUTE_TID, "ts": res.start[c] * us, "dur": (res.end[c] - res.start[c]) * us,
-                   "args": {"stage": int(P.c_stage[c]), "microbatch": int(P.c_mb[c])}})
+        tr.slice(str(P.action(c)), KIND_NAME[k], (int(P.c_dev[c]), COMPUTE_TID), res.start[c] * us,
+                 (res.end[c] - res.start[c]) * us, {"stage": int(P.c_stage[c]), "microbatch": int(P.c_mb[c])})
     for t in range(P.n_transfers):
         src, dst = int(P.t_src[t]), int(P.t_dst[t])
         ts, dur = res.transfer_start[t] * us, (res.transfer_end[t] - res.transfer_start[t]) * us
         label = P.transfer_label(t)
         direction = "activation" if P.t_dir[t] == FWD else "gradient"
         args = {"bytes": float(res.durations.transfer_bytes[t]), "direction": direction}
-        ev.append({"ph": "X", "name": label, "cat": "send", "pid": src, "tid": SEND_TID, "ts": ts,
-                   "dur": dur, "args": args})
-        ev.append({"ph": "X", "name": label, "cat": "recv", "pid": dst, "tid": RECV_TID, "ts": ts,
-                   "dur": dur, "args": args})
-        ev.append({"ph": "s", "id": t, "name": "transfer", "cat": "flow", "pid": src, "tid": SEND_TID,
-                   "ts": ts})
-        ev.append({"ph": "f", "bp": "e", "id": t, "name": "transfer", "cat": "flow", "pid": dst,
-                   "tid": RECV_TID, "ts": ts + dur})
+        tr.slice(label, "send", (src, SEND_TID), ts, dur, args)
+        tr.slice(label, "recv", (dst, RECV_TID), ts, dur, args)
+        tr.flow(t, "transfer", "flow", (src, SEND_TID, ts), (dst, RECV_TID, ts + dur))
     dur_ = res.durations
     for d in range(P.n_devices):
         ids = np.nonzero(P.c_dev == d)[0]
@@ -52,14 +46,13 @@ def sim_trace(res: SimResult) -> dict:
         order = np.lexsort((delta, times))
         level = dur_.static[d] + np.cumsum(delta[order])
         for tm, lv in zip(times[order], level):
-            ev.append({"ph": "C", "name": "memory_bytes", "pid": d, "ts": tm * us, "args": {"bytes": float(lv)}})
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"table": P.table.name, "policy": res.policy, "semantics": res.semantics,
-                          "makespan_s": res.makespan}}
+            tr.counter("memory_bytes", d, tm * us, {"bytes": float(lv)})
+    return tr.document({"table": P.table.name, "policy": res.policy, "semantics": res.semantics,
+                        "makespan_s": res.makespan})
 
 
 def write_sim_trace(res: SimResult, path: Path | str) -> None:
-    Path(path).write_text(json.dumps(sim_trace(res)))
+    write_trace(path, sim_trace(res))
 
 
 def sim_timeline(res: SimResult) -> Timeline:

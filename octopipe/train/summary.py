@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from octopipe.layers.pieces import pieces_state_dict
+from octopipe.report.figures import pyplot, save
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.train.loop import TrainRun
 
@@ -45,15 +46,11 @@ def loss_csv(records: list[dict]) -> str:
 
 
 def loss_png(path: Path, records: list[dict], title: str) -> None:
-    import matplotlib  # plotting only for this artifact
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after the backend is chosen
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot([r["step"] for r in records], [r["loss"] for r in records], lw=1.2)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from octopipe.errors import ConfigError, OctoPipeError
+from octopipe.report.figures import pyplot, save
 
 CONTROL_PREFIX = ("llama",)
 
@@ -101,9 +102,7 @@ def table_md(cases: list[dict]) -> str:
 
 
 def plot(cases: list[dict], path: Path) -> None:
-    import matplotlib  # heavy: only for the figure
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # heavy: only for the figure
+    plt = pyplot()
     ok = [c for c in cases if c.get("status", "ok") == "ok"]
     if not ok:
         return
@@ -131,9 +130,7 @@ def plot(cases: list[dict], path: Path) -> None:
     axes[3].axhline(1.0, color="gray", lw=0.8)
     axes[3].set_xticks(range(len(names)), names, rotation=30, fontsize=7)
     axes[3].set_ylabel("geomean speedup\n(heterogeneous)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def report(root: Path) -> dict:

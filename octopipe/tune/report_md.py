@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from octopipe.report.markdown import cell, table
 from octopipe.sim.trace import sim_timeline_png
 from octopipe.tune.attribution import CAUSES
 
@@ -26,6 +27,37 @@ def sim_bars(sim) -> list[tuple]:
 def plan_timeline_png(path, sim, title: str) -> Path:
     """The plan's timeline.png: the device timeline of its simulation (`sim`, a SimResult)."""
     return sim_timeline_png(sim, path, title)
+
+
+def search_sentence(stats: dict) -> str:
+    """The search's budget and where it stopped, as a sentence (the figures are in summary.json)."""
+    if not stats:
+        return "No search ran."
+    said = {"iterations", "evaluations", "max_evaluations", "stopped_by", "search_stopped_by",
+            "polish_stopped_by", "time_cap_s", "capped_stages"}
+    text = (f"The search ran {cell(stats.get('iterations'))} iterations and "
+            f"{cell(stats.get('evaluations'))} of {cell(stats.get('max_evaluations'))} evaluations; "
+            f"it stopped on {cell(stats.get('search_stopped_by', stats.get('stopped_by')))}, the polish on "
+            f"{cell(stats.get('polish_stopped_by'))}")
+    capped = stats.get("capped_stages") or []
+    text += (f"; the {cell(stats.get('time_cap_s'))} s safety cap stopped {cell(capped)}." if capped
+             else f"; the {cell(stats.get('time_cap_s'))} s safety cap was not reached.")
+    rest = {k: v for k, v in stats.items() if k not in said}
+    return text + ("" if not rest else " Also: " + cell(rest) + ".")
+
+
+def ilp_table(ilp: dict) -> list[str]:
+    """The ILP starting points (loop placement, V placement) as a table."""
+    runs = [("loop", {k: v for k, v in (ilp or {}).items() if k != "v"})]
+    if (ilp or {}).get("v"):
+        runs.append(("V", ilp["v"]))
+    runs = [(label, run) for label, run in runs if run]
+    if not runs:
+        return ["The ILP starting points did not run."]
+    cols = ("method", "status", "schedule", "stages", "objective_s", "proven_optimal", "fits_memory",
+            "solve_time_s", "reason")
+    return ["The ILP starting points:", ""] + table(("placement", *cols),
+                                                    [(label, *(run.get(c) for c in cols)) for label, run in runs])
 
 
 def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
@@ -58,7 +90,7 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
               f"- layers per stage: {s['partition_sizes']}"
               + (f" (of the model with {res.piece_text()})" if res.piece_text() else ""),
               f"- stage → device: {s['placement']}",
-              f"- checks: {s['checks']}", ""]
+              f"- checks: {cell(s['checks'])}", ""]
     attr = res.attribution
     lines += ["## Where the remaining bubbles come from", "",
               "| device | busy (ms) | idle (ms) | " + " | ".join(CAUSES) + " |",
@@ -69,8 +101,9 @@ def plan_report(res, model: str, cluster: str, pp: int, mb: int) -> str:
     lines += ["", "imbalance: the busiest device has more work; edges: pipeline fill/drain and "
               "waiting on other stages; transfer: exposed communication; memory: a ready action "
               "held back by the in-flight limit or row order.", ""]
-    lines += ["## Search", "", f"- {res.search_stats}", f"- ILP start: {res.ilp}", "",
-              "| t (s) | iteration | estimate (ms) | move | candidate |", "|---:|---:|---:|---|---|"]
+    lines += ["## Search", "", search_sentence(res.search_stats), ""]
+    lines += ilp_table(res.ilp) + ["", "| t (s) | iteration | estimate (ms) | move | candidate |",
+                                   "|---:|---:|---:|---|---|"]
     for h in res.history:
         lines.append(f"| {h['t_s']:.2f} | {h['iteration']} | {h['makespan_s'] * 1e3:.1f} | "
                      f"{h['move']} | {h['candidate']} |")
