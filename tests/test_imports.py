@@ -1,5 +1,5 @@
 """The import graph: no cycles (imports inside functions count), imports point down the flow of
-DESIGN.md, nothing imports the CLI module, and in-function imports are only for optional heavy
+docs/architecture.md, nothing imports the CLI module, and in-function imports are only for optional heavy
 dependencies, each with its reason on the line."""
 from __future__ import annotations
 

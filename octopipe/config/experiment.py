@@ -139,7 +139,7 @@ class LayoutsExperiment(ExperimentConfig):
 @dataclass(frozen=True, kw_only=True)
 class PipeDreamExperiment(ExperimentConfig):
     """experiment=pipedream: PD, RPD, LocalSGD and synchronous 1F1B at equal time budgets
-    (issue 15; Ilin & Richtárik 2026, published-systems.md §4)."""
+    (Ilin & Richtárik 2026)."""
 
     objectives: tuple[str, ...] = setting(REQUIRED, "quadratic | logistic | char_lm")
     stages: tuple[int, ...] = setting(REQUIRED, "stage counts S of the numpy objectives", ge=2)
@@ -190,13 +190,13 @@ class AblationExperiment(ExperimentConfig):
 @dataclass(frozen=True, kw_only=True)
 class RrfpExperiment(ExperimentConfig):
     """experiment=rrfp: strict versus ready-first dispatch under variability (RRFP, §3 of
-    published-systems.md), simulated and run."""
+    Ilin & Richtárik 2026), simulated and run."""
 
     language: str = setting("tiny_hybrid", "the language workload (model preset)")
     multimodal: str = setting("tiny_vlm", "the multimodal workload (model preset)")
     language_seq_len_cv: float = setting(0.0, "language: sequence length variability", ge=0, le=3)
     multimodal_seq_len_cv: float = setting(0.25, "multimodal: text length variability (lognormal CV; "
-                                                 "RRFP, published-systems.md §3.1, names input-length "
+                                                 "the RRFP paper (arXiv 2605.18750) names input-length "
                                                  "variance without a distribution)", ge=0, le=3)
     multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this; they drive "
                                             "the ViT layers and the image tokens' share of the language "

@@ -1,6 +1,6 @@
 """`experiment=octopipe_authors`: the named baselines and the OctoPipe plan on the OctoPipe
 authors' per-layer profiles, against the figures of the authors' tool (PipelineSimulator, their
-graph-based simulator and bubble-aware tuner; reference/published-systems.md §1).
+graph-based simulator and bubble-aware tuner; the OctoPipe paper, arXiv 2509.23722).
 
 For every profile preset (per-layer times measured by the OctoPipe authors), pipeline size,
 micro-batch count and communication setting (free, as the authors' tool assumes, or a real

@@ -1,13 +1,13 @@
 """`experiment=rrfp`: strict versus ready-first dispatch under runtime variability (RRFP).
 
-RRFP (published-systems.md §3) treats a schedule as a non-binding hint: under jitter, dispatch
+RRFP (arXiv 2605.18750) treats a schedule as a non-binding hint: under jitter, dispatch
 the best-ranked ready task. Here the fixed-order baseline is strict 1F1B; the ready-first
 variants run 1F1B's row under the `table` and `bf` hints and ZB-H1's row (backward split, W
 deferrable) under `bfw`, with no cap on the micro-batches in flight (`experiment.max_inflight`;
 the simulator also times each ready-first variant capped at every rank's own row need, the
 schedule's own memory). Variability is `octopipe.sim.variability.Variability`: per-action lognormal
 jitter at each CV (plus a straggler case) and, for the multimodal workload, micro-batches with
-1..images_max images per sample and variable text lengths at every point. RRFP (published-systems.md
+1..images_max images per sample and variable text lengths at every point. RRFP (arXiv 2605.18750;
 §3.1) attributes multimodal jitter to input-length variance and gives no distribution; here a
 micro-batch's image count drives its vision layers (fixed patches per image: work linear in images)
 and the image tokens' share of every language layer's tokens (the projector's tokens precede the

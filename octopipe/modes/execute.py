@@ -142,7 +142,7 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
                               {**plan.meta, "source": f"schedule.file={path}"}, plan.pieces))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
-        refuse_flushing(table.name, "mode=execute")   # issue 15: no silent flush
+        refuse_flushing(table.name, "mode=execute")   # an asynchronous table never runs with a silent flush
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
     return plans
 

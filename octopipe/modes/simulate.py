@@ -149,7 +149,7 @@ def run(inputs: Inputs) -> Result:
                "n_devices": table.n_devices, "n_stages": table.n_stages,
                "microbatches": table.n_microbatches, "partition": [list(p) for p in partition],
                **res.summary()}
-    if asim.is_async(table):   # issue 15: weight versions, their bytes, throughput vs 1F1B
+    if asim.is_async(table):   # asynchronous: weight versions, their bytes, throughput vs 1F1B
         summary["asynchronous"] = {
             **asim.async_summary(table, res, asim.stage_param_bytes(costs, partition)),
             **asim.throughput_vs_1f1b(table, asim.simulator_for(costs, cluster, partition),

@@ -1,4 +1,4 @@
-"""Graph-based, communication-aware pipeline simulator (see DESIGN.md, "The simulator").
+"""Graph-based, communication-aware pipeline simulator (docs/simulator.md).
 
 `Simulator(table or plan, cost, cluster)` compiles a table once into flat arrays (`program`),
 binds durations (`durations`) and runs the event engine (`engine`) under a policy and a

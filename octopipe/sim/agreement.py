@@ -2,7 +2,7 @@
 
 Under ready-first dispatch the TP ranks of a device must issue identical collectives in identical
 order, so before every task that runs TP collectives they all-gather one scalar (the task each
-would pick) and run it only if all agree (RRFP, published-systems.md §3.1). The simulator charges
+would pick) and run it only if all agree (RRFP, arXiv 2605.18750). The simulator charges
 one round, `agreement_seconds`, before each such task (`needs_agreement`, which
 `octopipe.runtime.worker` uses too): F of a stage whose layers run a TP collective in F, I of
 a stage whose layers run one in the backward (read off

@@ -1,5 +1,5 @@
 """Every class of bad input the adversarial run found: exit 2, exactly one line on stderr, no
-traceback, no result files left (issue 18, items 4 and 5).
+traceback, no result files left.
 
 Each case runs the CLI in-process (the same `main` as `python -m octopipe.run`); the classes are
 parametrized so that a new member of a class is one more line here."""

@@ -1,5 +1,4 @@
-"""A killed rank is always the headline, wherever it dies; a frozen rank is the one the watchdog
-names (issue 18, item 1)."""
+"""A killed rank is always the headline, wherever it dies; a frozen rank is the one the watchdog names."""
 from __future__ import annotations
 
 import os

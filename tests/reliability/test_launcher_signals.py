@@ -1,6 +1,6 @@
 """SIGTERM or SIGKILL sent only to the `mode=execute` process (a job supervisor, an IDE, `kill
 PID`, `timeout`): within 10 s no rank, forkserver or resource tracker is left, and no
-`octopipe-run-*` directory under the system temp dir (issue 18, item 3)."""
+`octopipe-run-*` directory under the system temp dir."""
 from __future__ import annotations
 
 import os

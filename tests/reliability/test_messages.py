@@ -1,4 +1,4 @@
-"""Messages that misled and work that ran unbounded (issue 18, items 5, 6, 7): each now says
+"""Messages that misled and work that ran unbounded: each now says
 what is wrong, where, and what to do, in one line (plus a marked grid for table errors)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Random valid irregular tables through the runtime: never a hang, never a failure, and the
-gradients of the single-process reference (issue 18: 180 random tables held; this keeps it so).
+gradients of the single-process reference (180 random tables held; this keeps it so).
 
 A table is a random topological order of every action dealt to rows (tests/runtime/random_tables),
 over a random placement with several non-adjacent stages per rank and a random full/split

@@ -1,4 +1,4 @@
-"""Run directories are never shared and a failed run leaves no results (issue 18, items 2, 4, 8)."""
+"""Run directories are never shared and a failed run leaves no results."""
 from __future__ import annotations
 
 import json
