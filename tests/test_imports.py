@@ -9,7 +9,8 @@ from tests.package_sources import PACKAGES, modules, source, tree
 
 # Layers, bottom first: a module may import modules of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("octopipe.errors", "octopipe.io", "octopipe.config", "octopipe.progress", "octopipe.native"),
+    ("octopipe.errors", "octopipe.io", "octopipe.config", "octopipe.progress", "octopipe.native",
+     "octopipe.report"),
     ("octopipe.cluster", "octopipe.cluster_presets", "octopipe.model", "octopipe.schedule",
      "octopipe.plan", "octopipe.plan_io"),
     ("octopipe.cost", "octopipe.layers"),

@@ -239,7 +239,7 @@ class RrfpExperiment(ExperimentConfig):
     tp_emulate_step_s: float = setting(
         0.02, "emulated TP runs: mean stage F seconds (an agreement round among 8 processes on a few CPU "
                "cores is a large share of a short task, on RRFP's GPUs well under 1%: the longer step brings "
-               "it back to a few percent; measured in runtime/README.md)", gt=0)
+               "it back to a few percent; measured in docs/runtime.md)", gt=0)
     tp_microbatches: int = setting(8, "micro-batches of the emulated TP runs (fewer than emulated_microbatches: "
                                       "their longer step)", ge=1)
     tp_check: bool = setting(True, "tp = 2: every layer kind of both workloads against the whole "

@@ -9,7 +9,7 @@ from octopipe.config.fields import setting
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    """How plans run on torch.distributed ranks. See octopipe/runtime/README.md."""
+    """How plans run on torch.distributed ranks. See docs/runtime.md."""
 
     backend: Literal["gloo", "nccl"] = setting("gloo", "gloo (127.0.0.1) | nccl (a GPU per rank)")
     device: Literal["auto", "cpu", "cuda"] = setting(

@@ -160,7 +160,7 @@ def tp_scaled(s: Setup, ex: RrfpExperiment) -> Setup:
     """An emulated TP setup at its own step and micro-batches (`experiment.tp_emulate_step_s`,
     `tp_microbatches`; same partition): an agreement round among 8 processes on a few CPU cores
     is a large share of a short task, where RRFP's GPUs spend well under 1% of one; the longer
-    step keeps it a few percent (figures in runtime/README.md). Others unchanged."""
+    step keeps it a few percent (figures in docs/runtime.md). Others unchanged."""
     if s.tp <= 1 or s.compute != "emulated":
         return s
     n, part = s.plans["1f1b"].table.n_devices, s.plans["1f1b"].partition

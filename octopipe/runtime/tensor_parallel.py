@@ -5,7 +5,7 @@ form its TP group. Within a stage the layers are the Megatron variants of
 `octopipe.layers.tensor_parallel`. Under ready-first dispatch the TP ranks of a stage must issue
 identical collectives in identical order, so before a task with TP collectives they `agree`: an
 all-gather of one scalar (the task each would pick, -1 for none); the task runs only if every
-rank picked it, otherwise it is deferred and each picks again (see runtime/README.md). With
+rank picked it, otherwise it is deferred and each picks again (see docs/runtime.md). With
 real compute a rank builds its stages from `TPBlocks`, reports its shards with `rank_shards`,
 and the launcher puts the whole gradients back together with `assemble`.
 """

@@ -167,7 +167,7 @@ class Rank:
         dispatcher). After a disagreement a rank whose pick was the best gathered one picks again
         at once; the others wait until something arrived or finished since their pick (nothing
         else can change it). Other waits are on the inbox's condition, which arrivals, errors and
-        the round's completion all notify (runtime/README.md)."""
+        the round's completion all notify (docs/runtime.md)."""
         inbox = self.transport.inbox
         while True:
             with inbox.cv:

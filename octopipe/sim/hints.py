@@ -9,7 +9,7 @@ from its first F there until its last backward (I or B) there. With a cap (`max_
 a memory cap set, a device admits micro-batches (runs the F that makes one live) only in the
 order its row first names them, and only while fewer than `max_inflight` are live and the
 activation bytes plus that F's allocation fit the memory cap. `cap_problem` says before a run
-whether a cap is safe (see runtime/README.md for the argument) and why not.
+whether a cap is safe (see docs/runtime.md for the argument) and why not.
 """
 from __future__ import annotations
 
