@@ -83,9 +83,7 @@ def test_every_picture_draws_f_i_w_b_in_the_palette_colours(tmp_path):
     res = Simulator(build_schedule("zbh1", 3, 6)).uniform(1.0, 1.0, w=1.0, transfer=0.25).run()
     pictures = [sim_timeline_png(res, tmp_path / "sim.png"),
                 Path(plan_timeline_png(tmp_path / "plan.png", res, "plan")),
-                idealized_timeline_png(tmp_path / "ideal.png", idealize(build_schedule("zbh1", 3, 6), "1:1:1")),
-                render.gantt_png(tmp_path / "gantt.png", render.idealized_bars(
-                    idealize(build_schedule("zbh1", 3, 6), "1:1:1")))]
+                idealized_timeline_png(tmp_path / "ideal.png", idealize(build_schedule("zbh1", 3, 6), "1:1:1"))]
     for path in pictures:
         for colour in (palette.F, palette.I, palette.W):
             assert _has_colour(path, colour.face), (path.name, colour)

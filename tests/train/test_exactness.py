@@ -10,7 +10,10 @@ order (by stage, by micro-batch), and 20 AdamW steps carry that rounding on (Ada
 sqrt(v), so a gradient element near zero turns a rounding difference into an update of up to
 the learning rate). The reference run once more with its micro-batches in reverse order is the
 same mathematics with the sums reordered; its distance from the reference is the floor, and the
-pipeline must stay within `FLOOR_MULTIPLE` times it (and never needs to be closer than 1e-5).
+pipeline must stay within `FLOOR_MULTIPLE` times it (and never needs to be closer than 1e-5). A
+plan with split layers also reorders the sums inside each cut layer: the single-process run of
+the split model is then a second floor (on one Intel host: 2.4e-7 for reordered micro-batches
+and 7.2e-6 for the pieces of tiny_hybrid's tuned plan, so a bound of 5.7e-5 there).
 A wrong gradient (a missing term, a tie broken) is orders of magnitude above either."""
 from __future__ import annotations
 
@@ -50,12 +53,17 @@ class ReversedMicrobatches:
         return self.data.batch(step, self.n - 1 - mb)
 
 
-def weight_bound(model, data, ref) -> float:
+def weight_bound(model, data, ref, split: tuple | None = None) -> float:
     """The final-weight tolerance: FLOOR_MULTIPLE x the reference's own spread under reordered
-    sums (see the module docstring), at least RTOL."""
+    sums (see the module docstring), at least RTOL. `split` = (the split model's blocks, the
+    plan's pieces): a plan that cuts layers into pieces also reorders the sums inside each cut
+    layer, so the single-process run of the split model is a second floor."""
     again = reference_train(model, ReversedMicrobatches(data, 4), 4, OPTIM, 20)
-    _, floor = compare(again, ref, model, {})
-    return max(RTOL, FLOOR_MULTIPLE * floor)
+    floors = [compare(again, ref, model, {})[1]]
+    if split is not None:
+        blocks, pieces = split
+        floors.append(compare(reference_train(blocks, data, 4, OPTIM, 20), ref, blocks, pieces)[1])
+    return max(RTOL, FLOOR_MULTIPLE * max(floors))
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +140,7 @@ def test_tuned_plan_with_split_layers_and_split_backward_on_every_text_layer_kin
     ref = reference_train(model, data, 4, OPTIM, 20)
     run = train(blocks, plan, data)
     loss_err, weight_err = compare(run, ref, blocks, plan.pieces)
-    assert loss_err <= RTOL and weight_err <= weight_bound(model, data, ref)
+    assert loss_err <= RTOL and weight_err <= weight_bound(model, data, ref, (blocks, plan.pieces))
 
 
 @pytest.mark.slow
