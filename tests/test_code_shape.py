@@ -18,22 +18,15 @@ LONG_TWINS = frozenset({"octopipe.sim.engine.run_strict_py", "octopipe.tune.list
 ALLOWED: dict[str, str] = {}
 
 
-def _functions() -> dict[str, int]:
-    """'module.[Class.]function' -> parameter count (self and cls not counted)."""
-    out: dict[str, int] = {}
+def _function_defs() -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """'module.[Class.]function' -> its definition, for every function in octopipe/ and solvers/."""
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def visit(mod: str, node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(mod, child, f"{prefix}{child.name}.")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                a = child.args
-                n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
-                     + bool(a.vararg) + bool(a.kwarg))
-                first = (a.posonlyargs + a.args)[:1]
-                if first and first[0].arg in ("self", "cls"):
-                    n -= 1
-                out[f"{mod}.{prefix}{child.name}"] = n
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[f"{mod}.{prefix}{child.name}"] = child
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 visit(mod, child, f"{prefix}{child.name}.")
             else:
                 visit(mod, child, prefix)
@@ -43,7 +36,16 @@ def _functions() -> dict[str, int]:
     return out
 
 
-FUNCTIONS = _functions()
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The parameter count (self and cls not counted)."""
+    a = fn.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+    first = (a.posonlyargs + a.args)[:1]
+    return n - 1 if first and first[0].arg in ("self", "cls") else n
+
+
+DEFS = _function_defs()
+FUNCTIONS = {name: _parameters(fn) for name, fn in DEFS.items()}
 
 
 def test_no_function_takes_more_than_eight_parameters():
@@ -58,31 +60,13 @@ def test_the_allow_list_names_only_long_functions_that_exist():
     assert not stale, f"ALLOWED names functions that are gone or no longer long: {stale}"
 
 
-def _function_lengths() -> dict[str, int]:
-    """'module.[Class.]function' -> lines from its `def` to its last line."""
-    out: dict[str, int] = {}
-
-    def visit(mod: str, node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if not isinstance(child, ast.ClassDef):
-                    out[f"{mod}.{prefix}{child.name}"] = (child.end_lineno or child.lineno) - child.lineno + 1
-                visit(mod, child, f"{prefix}{child.name}.")
-            else:
-                visit(mod, child, prefix)
-
-    for mod in modules():
-        visit(mod, tree(mod), "")
-    return out
-
-
 def test_no_module_is_over_500_lines():
     big = sorted(f"{m} ({n})" for m in modules() if (n := len(source(m).splitlines())) > MAX_MODULE_LINES)
     assert not big, "modules over 500 lines (split them by what they hold):\n" + "\n".join(big)
 
 
 def test_no_function_is_over_100_lines_but_the_c_kernels_twins():
-    lengths = _function_lengths()
+    lengths = {name: (fn.end_lineno or fn.lineno) - fn.lineno + 1 for name, fn in DEFS.items()}
     long = sorted(f"{f} ({n})" for f, n in lengths.items() if n > MAX_FUNCTION_LINES and f not in LONG_TWINS)
     assert not long, "functions over 100 lines:\n" + "\n".join(long)
     assert set(lengths) >= LONG_TWINS, f"a twin named in LONG_TWINS is gone: {sorted(LONG_TWINS - set(lengths))}"
