@@ -1,5 +1,7 @@
 """tune(): never worse than its starting points, memory-safe, reproducible, and its plan
 round-trips through plan_io and re-simulates to the reported figures."""
+import re
+
 import numpy as np
 import pytest
 
@@ -146,4 +148,8 @@ def test_only_the_tuned_plan_fits(tmp_path):
     assert max(res.sim_result.peak_memory) <= cap
     assert res.summary()["speedup_vs_best_baseline"] is None
     assert "no baseline fits" in res.versus_text()
-    assert "no baseline fits" in plan_report(res, "m", "c", 4, 16)
+    page = plan_report(res, "m", "c", 4, 16)
+    assert "no baseline fits" in page
+    # tables and sentences, never a Python repr of a dict or a value
+    assert not re.search(r"\{'|': |\w+\(\w+=", page), page
+    assert "The search ran" in page and "The ILP starting points did not run." in page
