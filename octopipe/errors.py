@@ -30,6 +30,10 @@ class RuntimeExecutionError(OctoPipeError, RuntimeError):
     """A rank of the torch.distributed runtime failed or stalled."""
 
 
+class TrainingDiverged(OctoPipeError, RuntimeError):
+    """A training run met a non-finite loss or gradient and stopped before updating on it."""
+
+
 class Terminated(BaseException):
     """The process was asked to stop by a signal (SIGTERM, SIGHUP); raised by the CLI's handler so
     that every `finally` (ranks stopped, temporary files removed) runs on the way out."""

@@ -159,7 +159,7 @@ def dispatch(cfg: DictConfig, out_dir: Path, console: Console | None = None) -> 
             raise OctoPipeError(f"{what} is not available in this version") from e
         raise
     inputs = Inputs(config, interactive=console.is_terminal,
-                    progress=lambda line: console.print(f"[dim]{line}[/dim]"))
+                    progress=lambda line: console.print(f"[dim]{line}[/dim]"), run_dir=out_dir)
     return publish(module.run(inputs), config.mode, out_dir, console)
 
 

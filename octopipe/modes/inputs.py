@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 from octopipe.cluster import Cluster
 from octopipe.cluster_presets import cluster_from_config
@@ -44,11 +45,13 @@ def splitter_for(cost: CostConfig, model: ModelSpec, cluster: Cluster,
 @dataclass(frozen=True)
 class Inputs:
     """A run's inputs. `interactive` and `progress` are the edge's: whether a live progress bar
-    may be drawn, and a hook that shows one line about long work (the case being run)."""
+    may be drawn, and a hook that shows one line about long work (the case being run);
+    `run_dir` where the run's results go (mode=train keeps its checkpoints below it)."""
 
     config: Config
     interactive: bool = False
     progress: Callable[[str], None] = field(default=_quiet, compare=False)
+    run_dir: Path | None = None        # the run directory the reporter writes into (None: not known)
 
     @cached_property
     def model(self) -> ModelSpec:

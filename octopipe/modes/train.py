@@ -22,7 +22,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.loop import TrainRun, launch_training, reference_train
-from octopipe.train.setup import fingerprints, setup, start_step, streams_before, train_job
+from octopipe.train.setup import checkpoints_for, fingerprints, setup, start_step, streams_before, train_job
 from octopipe.train.stream import replay_training
 from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
 
@@ -32,16 +32,21 @@ def run(inputs: Inputs) -> Result:
     t = cfg.train
     s = setup(cfg, inputs.progress)
     meta = fingerprints(s, cfg.seed)
-    start = start_step(cfg, meta)
+    start = start_step(cfg, s, meta)
+    claim = checkpoints_for(cfg, start, inputs.run_dir)
     report: list = []
     if s.note:
         report.append(f"[yellow]{s.note}[/yellow]")
+    if claim is not None and claim.removed:
+        report.append(f"[yellow]removed unfinished checkpoint saves in {claim.directory}: "
+                      f"{', '.join(claim.removed)}[/yellow]")
     n_params = int(s.costs.params.sum())
+    pp, m = s.plan.table.n_devices, s.plan.table.n_microbatches     # what runs, whatever was asked
     report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
-                  f"{t.pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
+                  f"{pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
                   f"placement "
                   f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.pieces)) if s.plan.pieces else ''}), "
-                  f"{t.microbatches} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
+                  f"{m} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
         every = max(1, (t.steps - start) // 10)
@@ -51,10 +56,10 @@ def run(inputs: Inputs) -> Result:
             update(line, r["step"] - start, t.steps - start)
             if not inputs.interactive and (r["step"] - start) % every == 0:
                 inputs.progress(line)
-        job, spec = train_job(cfg, s, start)
+        job, spec = train_job(cfg, s, start, checkpoints=claim)
         result = launch_training(job, spec, tmp, on_step)
     recs = result.records
-    summary = {"status": "ok", "model": s.name, "pp": t.pp, "microbatches": t.microbatches,
+    summary = {"status": "ok", "model": s.name, "pp": pp, "microbatches": m,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start)}
     if spec.stream is not None:
@@ -71,7 +76,7 @@ def run(inputs: Inputs) -> Result:
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
     if t.check_reference and spec.stream is not None:
         inputs.progress("replaying the asynchronous streams in one process")
-        ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg), spec.stream], s.batches,
+        ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg, s), spec.stream], s.batches,
                               s.optim, cfg.seed)
         loss_err, weight_err = compare(result, TrainRun(ref.losses, ref.params, "", []), s.blocks, s.plan.pieces)
         mb_err = max(rel_err(result.microbatch_losses[k], v) for k, v in ref.microbatch_losses.items())
@@ -84,7 +89,7 @@ def run(inputs: Inputs) -> Result:
                       f"losses within {mb_err:.2e}, final weights within {weight_err:.2e} (relative)")
     elif t.check_reference:
         inputs.progress("training the single-process reference")
-        ref = reference_train(s.reference_blocks, s.batches, t.microbatches, s.optim, t.steps, cfg.seed,
+        ref = reference_train(s.reference_blocks, s.batches, m, s.optim, t.steps, cfg.seed,
                               torch.bfloat16 if t.precision == "bf16" else None)
         loss_err, weight_err = compare(result, ref, s.blocks, s.plan.pieces)
         summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err,
@@ -96,7 +101,7 @@ def run(inputs: Inputs) -> Result:
                   f"({summary['loss_drop']:.0%} lower) over steps {start + 1}–{t.steps}; "
                   f"{summary['tokens_per_s']:,.0f} tokens/s"
                   + (f"; checkpoint {result.checkpoint}" if result.checkpoint else ""))
-    title = f"{s.name} on {t.pp} ranks ({s.plan.table.name}), {t.precision}"
+    title = f"{s.name} on {pp} ranks ({s.plan.table.name}), {t.precision}"
     artifacts = (*plan_artifacts(s.plan), text_artifact("loss.csv", loss_csv(recs)),
                  Artifact("loss.png", lambda path: loss_png(path, recs, title)))
     return Result(summary, tuple(report), artifacts)

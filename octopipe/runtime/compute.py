@@ -54,6 +54,8 @@ class RealCompute:
         self.losses: dict[int, float] = {}
         self._batches: dict[int, dict] = {}
         self.weights = weights
+        self.check_finite = False          # training: note whether each forward output is finite
+        self.output_finite: dict[int, list[torch.Tensor]] = {}
         for (_, s), mod in self.copies.items():
             if weights is not None:
                 weights.bind(s, mod)
@@ -69,6 +71,7 @@ class RealCompute:
 
     def start_iteration(self, iteration: int) -> None:
         self.iteration, self.saved, self.losses, self._batches = iteration, {}, {}, {}
+        self.output_finite = {}
         for mod in self.copies.values():
             mod.zero_grad(set_to_none=True)
 
@@ -91,6 +94,8 @@ class RealCompute:
         if h._is_view():
             h = h.clone()   # the split backward detaches the output in place, which views forbid
         self.saved[(stage, mb)] = _Saved(x, h)
+        if self.check_finite:       # a flag tensor, read after the iteration: no sync here
+            self.output_finite.setdefault(stage, []).append(torch.isfinite(h).all())
         if stage == self.n_stages - 1:
             self.losses[mb] = float(h.detach())
         return h.detach()

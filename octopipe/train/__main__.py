@@ -27,7 +27,7 @@ from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.launch import resolve
 from octopipe.schedule.library import SCHEDULE_PRESETS
 from octopipe.train.loop import TrainRankJob, follow, gather, train_rank
-from octopipe.train.setup import fingerprints, setup, start_step, train_job
+from octopipe.train.setup import checkpoints_for, fingerprints, setup, start_step, train_job
 from octopipe.train.summary import figures, loss_csv, loss_png
 
 
@@ -38,13 +38,15 @@ def _config(argv: list[str]):
         return load(compose("config", overrides=["mode=train", *overrides]))
 
 
-def _prepare(cfg, rank: int):
-    """Rank 0's setup and first step (or the error it met), shared with every rank."""
+def _prepare(cfg, rank: int, out: Path):
+    """Rank 0's setup, first step and claimed checkpoint directory (or the error it met), shared
+    with every rank."""
     box: list = [None]
     if rank == 0:
         try:
             s = setup(cfg, lambda line: print(f"octopipe train: {line}", flush=True))
-            box = [(s, start_step(cfg, fingerprints(s, cfg.seed)))]
+            start = start_step(cfg, s, fingerprints(s, cfg.seed))
+            box = [(s, start, checkpoints_for(cfg, start, out))]
         except OctoPipeError as e:
             box = [e]
     dist.broadcast_object_list(box, src=0)
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError(f"train.pp={cfg.train.pp} but torchrun started {world} processes; set "
                               f"--nproc-per-node x --nnodes = train.pp")
         dist.init_process_group(cfg.runtime.backend, init_method="env://")
-        s, start = _prepare(cfg, rank)
+        s, start, claim = _prepare(cfg, rank, out)
         ranks = out / "ranks"
         ranks.mkdir(parents=True, exist_ok=True)
         if rank == 0:
@@ -80,13 +82,13 @@ def main(argv: list[str] | None = None) -> None:
             flush=True) if (r["step"] - start) % every == 0 else None, stop))
         if rank == 0:
             log.start()
-        job, spec = train_job(cfg, s, start, "env://")
+        job, spec = train_job(cfg, s, start, "env://", claim)
         train_rank(rank, TrainRankJob(resolve(job, str(ranks)), spec), TorchrunControl())
         stop.set()
         if rank == 0:
             log.join()
         if rank == 0:
-            run = gather(ranks, world)
+            run = gather(ranks, world, spec.checkpoint_every)
             summary = {"status": "ok", "mode": "train", "launcher": "torchrun", "model": s.name,
                        "pp": world, "plan": s.plan.table.name, **figures(run, cfg.train.steps, start)}
             write_json(out / "summary.json", summary)

@@ -1,11 +1,13 @@
-"""Checkpoints through torch.distributed.checkpoint, written atomically.
+"""Checkpoints through torch.distributed.checkpoint, written atomically and verified at load.
 
 Every rank saves its stages' parameters (`model.<name>`) and AdamW state (`optim.<name>.*`)
-into `<dir>/step_<N>.tmp`; after all have written, rank 0 adds `octopipe.json` (the step and
-the fingerprints of the model and the plan) and `plan.json` (the plan it trains, which a resumed
-run follows) and renames the directory to `<dir>/step_<N>`, so a
-checkpoint directory without the `.tmp` suffix is always complete. Resuming checks the
-fingerprints first: a checkpoint of another model or another plan is refused by name.
+into `<dir>/step_<N>.tmp`; after all have written, rank 0 adds `plan.json` (the plan it trains,
+which a resumed run follows) and `octopipe.json`: the step, the fingerprints of the model and
+the plan, and a manifest with the size and SHA-256 of every other file, itself sealed by a
+checksum of its own text. Every file is flushed to disk before rank 0 renames the directory
+to `<dir>/step_<N>`, so a directory without the `.tmp` suffix is complete. `verify` checks the
+manifest before any rank starts: a truncated, missing, extra, swapped or edited file is one
+line naming it. A step that exists already is never replaced.
 """
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from octopipe.errors import ConfigError
 
 META = "octopipe.json"
+SEAL = "meta_sha256"
+_CHUNK = 1 << 20
 
 
 def fingerprint(doc) -> str:
@@ -33,14 +38,50 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step_{step:06d}"
 
 
+def file_digest(path: Path) -> dict:
+    """{'bytes', 'sha256'} of one file, read in chunks."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": h.hexdigest()}
+
+
+def manifest(directory: Path) -> dict[str, dict]:
+    """Name -> digest of every file of a checkpoint directory but its metadata file."""
+    return {p.name: file_digest(p) for p in sorted(Path(directory).iterdir()) if p.name != META}
+
+
+def _seal_of(doc: dict) -> str:
+    body = {k: v for k, v in doc.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def meta_text(meta: dict) -> str:
+    """The metadata file's text: `meta` with its own checksum."""
+    return json.dumps({**meta, SEAL: _seal_of(meta)}, indent=1, sort_keys=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: dict,
          files: dict[str, str] | None = None) -> Path:
     """Collective: every rank calls it with its own tensors; rank 0 adds `files` (name -> text,
-    the plan's JSON) and the metadata. Returns the final directory."""
+    the plan's JSON) and the metadata with the manifest. Returns the final directory."""
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
     rank = dist.get_rank()
     if rank == 0:
+        if final.exists():
+            raise ConfigError(f"train.checkpoint_dir={root}: {final.name} exists already and is never "
+                              f"replaced; give another train.checkpoint_dir")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
@@ -49,31 +90,107 @@ def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: di
     if rank == 0:
         for name, text in (files or {}).items():
             (tmp / name).write_text(text)
-        (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=1, sort_keys=True))
-        if final.exists():
-            shutil.rmtree(final)
+        (tmp / META).write_text(meta_text({**meta, "step": step, "files": manifest(tmp)}))
+        for p in tmp.iterdir():
+            _fsync(p)
         os.replace(tmp, final)
+        _fsync(final.parent)
     dist.barrier()
     return final
 
 
+def _corrupt(path: Path, what: str) -> ConfigError:
+    return ConfigError(f"train.resume={path}: the checkpoint is damaged: {what}; resume from an intact "
+                       f"checkpoint (an earlier step_N)")
+
+
+def _read_meta_doc(p: Path) -> dict:
+    try:
+        doc = json.loads((p / META).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _corrupt(p, f"{META} cannot be read as JSON ({type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise _corrupt(p, f"{META} holds no object")
+    return doc
+
+
+def _check_fields(p: Path, doc: dict) -> None:
+    step = doc.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise _corrupt(p, f"{META} gives step {step!r} (a positive whole number expected)")
+    for key in ("model", "plan"):
+        if not isinstance(doc.get(key), str):
+            raise _corrupt(p, f"{META} lacks the {key} fingerprint")
+
+
+def _check_files(p: Path, listed: dict) -> None:
+    if not isinstance(listed, dict) or not listed:
+        raise _corrupt(p, f"{META}'s manifest is empty")
+    present = {q.name for q in p.iterdir() if q.name != META}
+    extra = sorted(present - set(listed))
+    if extra:
+        raise _corrupt(p, f"{extra[0]} is not in the manifest")
+    for name, want in sorted(listed.items()):
+        q = p / name
+        if not q.is_file():
+            raise _corrupt(p, f"{name} is missing")
+        got = file_digest(q)
+        if not isinstance(want, dict) or got["bytes"] != want.get("bytes"):
+            raise _corrupt(p, f"{name} has {got['bytes']} bytes, the manifest says "
+                              f"{want.get('bytes') if isinstance(want, dict) else '?'}")
+        if got["sha256"] != want.get("sha256"):
+            raise _corrupt(p, f"{name}'s contents do not match its checksum")
+
+
 def read_meta(path: str | Path) -> dict:
-    """The metadata of checkpoint `path`; ConfigError if it is not a complete checkpoint."""
+    """The metadata of checkpoint `path` once its files are verified against its manifest (a
+    checkpoint written before manifests has `verified` False); ConfigError, one line naming the
+    file, for a directory that is not a complete, intact checkpoint."""
     p = Path(path)
+    if p.name.endswith(".tmp"):
+        raise ConfigError(f"train.resume={path}: an unfinished checkpoint (its save was interrupted); "
+                          f"resume from a complete step_N")
+    if not p.is_dir():
+        raise ConfigError(f"train.resume={path}: no such checkpoint directory")
     if not (p / META).is_file() or not (p / ".metadata").is_file():
         raise ConfigError(f"train.resume={path}: not a complete OctoPipe checkpoint (no {META} "
                           f"and .metadata there)")
-    return json.loads((p / META).read_text())
+    doc = _read_meta_doc(p)
+    _check_fields(p, doc)
+    if SEAL not in doc and "files" not in doc:
+        return {**doc, "verified": False}
+    if doc.get(SEAL) != _seal_of(doc):
+        raise _corrupt(p, f"{META} was edited (its checksum does not match its contents)")
+    _check_files(p, doc.get("files"))
+    return {**doc, "verified": True}
+
+
+def _differences(meta: dict, want: dict, what: str) -> str:
+    """What differs between the checkpoint's and this run's description of the model or plan."""
+    a, b = meta.get(f"{what}_desc"), want.get(f"{what}_desc")
+    if isinstance(a, dict) and isinstance(b, dict):
+        diff = [f"{k} {a.get(k)!r} (this run: {b.get(k)!r})" for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)]
+        if diff:
+            return "its " + "; its ".join(diff)
+    return (f"{meta.get(what + '_name', '?')}, fingerprint {meta.get(what)}; this run: "
+            f"{want.get(what + '_name', '?')}, {want.get(what)}")
 
 
 def check_meta(path: str | Path, meta: dict, want: dict) -> int:
-    """The checkpoint's step, after its model and plan fingerprints matched `want`'s."""
+    """The checkpoint's step, after its model and plan fingerprints matched `want`'s; else one
+    line saying what differs (the seed, the blocks, the shape, the partition, ...)."""
     for what in ("model", "plan"):
         if meta.get(what) != want.get(what):
             raise ConfigError(f"train.resume={path}: the checkpoint is of another {what} "
-                              f"({meta.get(what + '_name', '?')}, fingerprint {meta.get(what)}; "
-                              f"this run: {want.get(what + '_name', '?')}, {want.get(what)})")
+                              f"({_differences(meta, want, what)})")
     return int(meta["step"])
+
+
+def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor a checkpoint holds (from its .metadata, no tensor read)."""
+    md = dcp.FileSystemReader(str(path)).read_metadata()
+    return {k: tuple(v.size) for k, v in md.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
 
 
 def load(path: str | Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

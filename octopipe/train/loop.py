@@ -9,6 +9,7 @@ progress bar. Checkpoints every `checkpoint_every` steps (and at the end) throug
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from octopipe.errors import TrainingDiverged
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import launch
 from octopipe.runtime.rank_job import RankJob
@@ -75,6 +77,36 @@ def _mean_loss(worker: Rank, m: int) -> float:
     return float(total) / m
 
 
+def _blocks_of(worker: Rank, stage: int) -> str:
+    lo, hi = worker.job.partition[stage]
+    return f"stage {stage} (block{'s' if hi - lo > 1 else ''} {lo}{'-' + str(hi - 1) if hi - lo > 1 else ''})"
+
+
+def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> dict | None:
+    """Collective: None when step `step`'s loss, every forward output and every gradient are
+    finite; else where the first non-finite value arose: the first stage whose forward output
+    was, else the last stage whose gradient was (a backward runs from the last stage down)."""
+    compute, n = worker.compute, worker.table.n_stages
+    v = torch.zeros(2 * n, dtype=torch.float64)
+    for s, flags in compute.output_finite.items():
+        v[s] = float(not bool(torch.stack(flags).all()))
+    for s, sq in opt.stage_squares().items():
+        v[n + s] += sq
+    dist.all_reduce(v)
+    bad_out = [s for s in range(n) if v[s] != 0]
+    bad_grad = [s for s in range(n) if not math.isfinite(float(v[n + s]))]
+    if math.isfinite(loss) and not bad_out and not bad_grad:
+        return None
+    if bad_out:
+        where = f"{_blocks_of(worker, bad_out[0])} is the first whose forward output is not finite"
+    elif not math.isfinite(loss):
+        where = f"{_blocks_of(worker, n - 1)} computed it"
+    else:
+        where = f"{_blocks_of(worker, bad_grad[-1])} is the first whose gradient is not finite"
+    return {"step": step + 1, "loss": loss, "stage": bad_out[0] if bad_out else (
+        n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}
+
+
 def _record(out: Path, rec: dict) -> None:
     with open(out / "progress.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -110,7 +142,12 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     for k, v in compute.losses.items():
         mb[k] = v
     dist.all_reduce(mb)
-    saved = ""
+    saved, bad = "", [k for k, v in enumerate(mb.tolist()) if not math.isfinite(v)]
+    if bad:
+        step = st.start + bad[0] // m
+        return {"diverged": {"step": step + 1, "loss": float(mb[bad[0]]), "stage": st.stages - 1,
+                             "where": f"micro-batch {bad[0] % m} of the stream's step {step + 1}"},
+                "checkpoint": job.train.resume, "losses": [], "params": {}, "events": []}
     if job.train.checkpoint_every:
         saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt),
                                     job.train.meta,
@@ -130,12 +167,16 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         _restore(worker, opt, job.train.resume)
     table = worker.table
     tokens = table.n_microbatches * job.rank.compute.data.batch(job.train.start, 0)["ids"].numel()
-    losses, saved = [], ""
+    losses, saved = [], job.train.resume
+    worker.compute.check_finite = True
     for step in range(job.train.start, job.train.steps):
         t0 = time.perf_counter()
         worker.events = []
         worker.iteration(step)
         loss = _mean_loss(worker, table.n_microbatches)
+        diverged = _health(worker, opt, step, loss)
+        if diverged is not None:        # stop before the update: the weights stay those of the last good step
+            return {"diverged": diverged, "checkpoint": saved, "losses": losses, "params": {}, "events": []}
         norm = opt.step(step)
         dt = time.perf_counter() - t0
         losses.append(loss)
@@ -149,7 +190,8 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
                                     "grad_norm": norm, "step_s": dt, "tokens_per_s": tokens / dt}) + "\n")
     params = {n: p.detach().cpu().clone() for c, mod in sorted(worker.compute.copies.items())
               if c[0] == 0 for n, p in mod.named_parameters()}
-    return {"losses": losses, "params": params, "checkpoint": saved, "events": worker.events}
+    return {"losses": losses, "params": params, "checkpoint": saved if saved != job.train.resume else "",
+            "events": worker.events}
 
 
 def train_rank(rank: int, job: TrainRankJob, control) -> None:
@@ -192,9 +234,21 @@ def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -
         time.sleep(0.2)
 
 
-def gather(out: Path, world: int) -> TrainRun:
-    """The rank files of a finished training launch in `out` as one TrainRun."""
+def diverged_error(d: dict, checkpoint_every: int) -> TrainingDiverged:
+    """The one line a run stopped at a non-finite value ends with."""
+    kept = (f"the last good checkpoint is {d['checkpoint']} (train.resume= continues from it)" if d["checkpoint"]
+            else "no checkpoint was saved before it" + ("" if checkpoint_every else " (train.checkpoint_every=0)"))
+    grad = "" if not math.isfinite(d["loss"]) else " but a gradient is not finite"
+    return TrainingDiverged(f"training stopped at step {d['step']}: the loss is {d['loss']}{grad}"
+                            f"; {d['where']}; {kept}; lower train.lr or train.clip_norm, or check the model")
+
+
+def gather(out: Path, world: int, checkpoint_every: int = 0) -> TrainRun:
+    """The rank files of a finished training launch in `out` as one TrainRun (TrainingDiverged
+    when the ranks stopped at a non-finite loss or gradient)."""
     docs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    if docs[0].get("diverged"):
+        raise diverged_error({**docs[0]["diverged"], "checkpoint": docs[0]["checkpoint"]}, checkpoint_every)
     params: dict[str, torch.Tensor] = {}
     for d in docs:
         params.update(d["params"])
@@ -221,7 +275,7 @@ def launch_training(job: Job, spec: TrainSpec, result_dir: str,
         stop.set()
         if follower:
             follower.join()
-    return gather(out, table.n_devices * job.config.tp)
+    return gather(out, table.n_devices * job.config.tp, spec.checkpoint_every)
 
 
 def reference_train(blocks, batches, n_microbatches: int, optim: OptimSettings, steps: int,

@@ -75,6 +75,17 @@ class StageOptimizers:
             dist.all_reduce(sq)
         return float(sq.sqrt())
 
+    def stage_squares(self) -> dict[int, float]:
+        """Stage -> the sum of squares of its gradient on this rank (the counted copies)."""
+        out: dict[int, float] = {}
+        for c in self.counted:
+            sq = torch.zeros((), dtype=torch.float64)
+            for p in self.stages[c].parameters():
+                if p.grad is not None:
+                    sq += p.grad.detach().double().pow(2).sum().cpu()
+            out[c[1]] = out.get(c[1], 0.0) + float(sq)
+        return out
+
     def clip(self) -> float:
         """Scale every gradient so that the global norm is at most `clip_norm`; the norm before."""
         norm = self.grad_norm()

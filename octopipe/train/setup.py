@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from octopipe.asynchronous.runtime import WeightStash
@@ -31,10 +31,11 @@ from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.runtime.dispatch import plain
 from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
-from octopipe.runtime.stage import SpecBlocks
+from octopipe.runtime.stage import SpecBlocks, StageModule, as_blocks
 from octopipe.schedule.library import build_schedule
 from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
+from octopipe.train.checkpoint_dir import Claim, claim
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
@@ -61,6 +62,7 @@ class Setup:
     costs: CostTable
     optim: OptimSettings
     note: str = ""
+    resumed: dict = field(default_factory=dict)     # the verified metadata of train.resume's checkpoint
 
 
 def _user_blocks(cfg: Config, factory: str, seq_len: int, mbs: int, vocab: int) -> UserBlocks:
@@ -155,6 +157,37 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
     return res.plan
 
 
+def _check_resumed_plan(cfg: Config, path: str, plan: Plan) -> None:
+    """A resumed run follows its checkpoint's plan: refuse a train.pp or train.microbatches it
+    does not run, rather than report what did not run."""
+    t = cfg.train
+    for key, asked, ran in (("pp", t.pp, plan.table.n_devices), ("microbatches", t.microbatches,
+                                                                 plan.table.n_microbatches)):
+        if asked != ran:
+            raise ConfigError(f"train.{key}={asked}: the checkpoint {path} was trained with train.{key}={ran} "
+                              f"and a resumed run follows its plan; set train.{key}={ran}")
+
+
+def check_resume_tensors(path: str, blocks, seed: int) -> None:
+    """Every parameter of the model is in the checkpoint with its shape (a factory edited since
+    the checkpoint, a width changed): one line naming the first that differs."""
+    want = {f"model.{n}": tuple(p.shape) for n, p in StageModule(blocks, 0, as_blocks(blocks).n_blocks, seed)
+            .named_parameters()}
+    try:
+        have = checkpoint.tensor_shapes(path)
+    except Exception as e:     # torch's reader raises several types for a damaged .metadata
+        raise ConfigError(f"train.resume={path}: the checkpoint's .metadata cannot be read "
+                          f"({type(e).__name__}); resume from an intact checkpoint") from None
+    for name, shape in sorted(want.items()):
+        if name not in have:
+            raise ConfigError(f"train.resume={path}: the checkpoint has no {name[6:]}; it was written by "
+                              f"another model")
+        if have[name] != shape:
+            raise ConfigError(f"train.resume={path}: {name[6:]} has shape {list(have[name])} in the checkpoint "
+                              f"and {list(shape)} in this model; resume with the model the checkpoint was "
+                              f"written with")
+
+
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
     """Everything a training run needs, built once (errors before any rank starts)."""
     check_async(cfg, None)
@@ -162,9 +195,15 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
         note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
                                           f"partition (train.plan=tuned does not apply)") if x)
-    if cfg.train.resume:      # refuse another model's checkpoint before profiling and planning
-        checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume),
-                              {**checkpoint.read_meta(cfg.train.resume), **model_fingerprint(name, blocks, cfg.seed)})
+    resumed: dict = {}
+    if cfg.train.resume:      # verify the files, refuse another model's checkpoint before profiling
+        progress(f"verifying the checkpoint {cfg.train.resume}")
+        resumed = checkpoint.read_meta(cfg.train.resume)
+        checkpoint.check_meta(cfg.train.resume, resumed, {**resumed, **model_fingerprint(name, blocks, cfg.seed)})
+        if not resumed["verified"]:
+            note = " ".join(x for x in (note, f"{cfg.train.resume} was written without checksums (an older "
+                                              f"OctoPipe): its files are not verified") if x)
+    check_async(cfg, resumed.get("step", 0))     # what a stream cannot checkpoint, before profiling
     batches = batches_for(cfg, blocks)
     cluster = train_cluster(cfg)
     progress(f"profiling {name} on this machine")
@@ -172,15 +211,20 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     progress(f"planning {name} on {cfg.train.pp} ranks")
     plan = plan_for(cfg, blocks, costs, cluster, name)
     run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
-    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note)
+    if cfg.train.resume:
+        _check_resumed_plan(cfg, cfg.train.resume, plan)
+        check_resume_tensors(cfg.train.resume, run_blocks, cfg.seed)
+    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note, resumed)
 
 
 def model_fingerprint(name: str, blocks, seed: int) -> dict:
-    """The model's part of a checkpoint's identity: its blocks, training shape and seed."""
-    model = {"name": name, "blocks": list(blocks.names) if isinstance(blocks,
-                                                                      UserBlocks) else repr(blocks.model.layers),
-             "shape": list(_shape(blocks)), "seed": seed}
-    return {"model": fingerprint(model), "model_name": name}
+    """The model's part of a checkpoint's identity: its blocks, training shape and seed (and a
+    readable description, so that a refusal can say which of them differs)."""
+    layers = list(blocks.names) if isinstance(blocks, UserBlocks) else repr(blocks.model.layers)
+    model = {"name": name, "blocks": layers, "shape": list(_shape(blocks)), "seed": seed}
+    desc = {"name": name, "blocks": fingerprint(layers), "shape [seq, micro-batch, vocab]": list(_shape(blocks)),
+            "seed": seed}
+    return {"model": fingerprint(model), "model_name": name, "model_desc": desc}
 
 
 def fingerprints(s: Setup, seed: int) -> dict:
@@ -189,32 +233,47 @@ def fingerprints(s: Setup, seed: int) -> dict:
     plan = {"partition": [list(r) for r in s.plan.partition.ranges], "placement": list(s.plan.placement),
             "microbatches": s.plan.table.n_microbatches, "pieces": dict(s.plan.pieces),
             "table": [[str(a) for a in s.plan.table.actions(d)] for d in range(s.plan.table.n_devices)]}
+    desc = {"name": s.plan.table.name, "partition": plan["partition"], "placement": plan["placement"],
+            "microbatches": plan["microbatches"], "pieces": {str(k): v for k, v in s.plan.pieces.items()},
+            "table": fingerprint(plan["table"])}
     return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
-            "plan_name": s.plan.table.name}
+            "plan_name": s.plan.table.name, "plan_desc": desc}
 
 
-def start_step(cfg: Config, meta: dict) -> int:
-    """The step a run begins at: 0, or the resumed checkpoint's after its fingerprints match."""
-    if not cfg.train.resume:
-        return 0
-    start = checkpoint.check_meta(cfg.train.resume, checkpoint.read_meta(cfg.train.resume), meta)
-    if start >= cfg.train.steps:
-        raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
-                          f"train.steps={cfg.train.steps} leaves nothing to run")
+def start_step(cfg: Config, s: Setup, meta: dict) -> int:
+    """The step a run begins at: 0, or the resumed checkpoint's after its fingerprints match;
+    what an asynchronous stream cannot checkpoint is refused either way."""
+    start = 0
+    if cfg.train.resume:
+        start = checkpoint.check_meta(cfg.train.resume, s.resumed, meta)
+        if start >= cfg.train.steps:
+            raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
+                              f"train.steps={cfg.train.steps} leaves nothing to run")
     check_async(cfg, start)
     return start
 
 
-def streams_before(cfg: Config) -> list[Stream]:
+def streams_before(cfg: Config, s: Setup) -> list[Stream]:
     """The asynchronous streams a resumed checkpoint was trained in (its `streams`), oldest first."""
-    if not cfg.train.resume:
-        return []
     rule, t = rule_of(cfg), cfg.train
     return [Stream(rule, t.pp, t.microbatches, a, b, t.pp if rule is Rule.TWO_BW else 1)
-            for a, b in checkpoint.read_meta(cfg.train.resume).get("streams", [])]
+            for a, b in s.resumed.get("streams", [])]
 
 
-def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "") -> tuple[Job, TrainSpec]:
+def checkpoints_for(cfg: Config, start: int, run_dir: Path | None) -> Claim | None:
+    """The checkpoint directory this run claims (train.checkpoint_dir, else <run_dir>/checkpoints),
+    checked before training; None when the run saves none."""
+    t = cfg.train
+    if not t.checkpoint_every:
+        return None
+    if not t.checkpoint_dir and run_dir is None:
+        raise ConfigError("train.checkpoint_dir is empty and this run has no run directory; give a directory")
+    where = Path(t.checkpoint_dir) if t.checkpoint_dir else Path(run_dir) / "checkpoints"
+    return claim(where, str(Path(run_dir or where).resolve()), start, t.resume)
+
+
+def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
+              checkpoints: Claim | None = None) -> tuple[Job, TrainSpec]:
     """The runtime job that trains `s` (the same `Job` as mode=execute's: real compute on the
     blocks, the training's dispatch and time limit) and the training it runs."""
     t = cfg.train
@@ -230,12 +289,12 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "") -> t
         stream = stream_of(cfg, start)
         sched = stream.schedule()
         plan = Plan(s.plan.partition, sched.table.compact(), s.plan.model, s.plan.cluster, s.plan.meta)
-        meta["streams"] = [[x.start, x.steps] for x in (*streams_before(cfg), stream)]
+        meta["streams"] = [[x.start, x.steps] for x in (*streams_before(cfg, s), stream)]
         weights = WeightStash(sched, s.optim.lr)
         batches = StreamBatches(s.batches, stream.microbatches, start)
     job = Job(plan, s.blocks, runtime, cfg.seed, weights=weights, data=batches,
               autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method)
-    spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every,
-                     t.checkpoint_dir or "runs/checkpoints", meta,
+    spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every if checkpoints else 0,
+                     str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
     return job, spec
