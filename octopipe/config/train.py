@@ -40,7 +40,8 @@ class TrainConfig:
                 "the example factory examples/tiny_gpt.py:build | a preset name forces one")
     checkpoint_every: int = setting(0, "save a checkpoint every N steps and at the end (0: never)",
                                     ge=0)
-    checkpoint_dir: str = setting("", "where checkpoints go; \"\": <run dir>/checkpoints")
+    checkpoint_dir: str = setting("", "where checkpoints go (claimed by this run: never another run's); \"\": "
+                                      "<run dir>/checkpoints")
     resume: str = setting("", "a checkpoint directory (.../step_000010) to continue from")
     check_reference: bool = setting(False, "also train the single-process reference and report "
                                            "the largest relative loss and weight difference")
