@@ -163,8 +163,24 @@ class UserBlocks:
 
     def build(self, index: int, seed: int = 0) -> nn.Module:
         """Block `index` in the runtime's form, a fresh copy with the weights `seed` gives."""
+        return self.build_stage(index, index + 1, seed)[0]
+
+    def build_stage(self, lo: int, hi: int, seed: int = 0) -> list[nn.Module]:
+        """Blocks lo..hi-1 in the runtime's form, copied together: a parameter or module two of
+        them share stays one object (`octopipe.model.sharing`; across stages, the training
+        loop keeps the copies equal)."""
         blocks, loss = self.raw(seed)
-        return UserBlock(copy.deepcopy(blocks[index]), index == 0, index == len(blocks) - 1, loss)
+        copies = copy.deepcopy(blocks[lo:hi])
+        return [UserBlock(c, j == 0, j == len(blocks) - 1, loss) for j, c in zip(range(lo, hi), copies)]
+
+    def fresh(self, seed: int) -> tuple[list[nn.Module], Callable]:
+        """A new call of the factory under `seed` (not the cached one): the user's model as their
+        factory returns it, the single-process reference's."""
+        self._cache.pop(seed, None)
+        try:
+            return self.raw(seed)
+        finally:
+            self._cache.pop(seed, None)
 
     def carry_shape(self, index: int) -> tuple[int, ...]:
         return self.carry_shapes[index]

@@ -59,7 +59,9 @@ class StageModule(nn.Module):
         super().__init__()
         self.lo, self.hi = lo, hi
         blocks = as_blocks(model)
-        self.layers = nn.ModuleDict({str(j): blocks.build(j, seed) for j in range(lo, hi)})
+        built = blocks.build_stage(lo, hi, seed) if hasattr(blocks, "build_stage") else \
+            [blocks.build(j, seed) for j in range(lo, hi)]
+        self.layers = nn.ModuleDict({str(j): b for j, b in zip(range(lo, hi), built)})
 
     def forward(self, x: torch.Tensor | None, batch: dict) -> torch.Tensor:
         for layer in self.layers.values():

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from octopipe.errors import TrainingDiverged
+from octopipe.model.user_module import UserBlocks
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import launch
 from octopipe.runtime.rank_job import RankJob
@@ -29,6 +31,7 @@ from octopipe.runtime.worker import Rank, join
 from octopipe.train import checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
 from octopipe.train.stream import AdamWUpdate, Stream, step_losses
+from octopipe.train.tied import ModelNames, TiedGrads
 
 
 @dataclass(frozen=True)
@@ -56,19 +59,34 @@ class TrainRankJob:
     train: TrainSpec
 
 
-def _stage_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
-    out = {f"model.{n}": p for c, mod in sorted(worker.compute.copies.items()) if c[0] == 0
+def _stage_tensors(worker: Rank, opt: StageOptimizers, names: ModelNames) -> dict[str, torch.Tensor]:
+    """This rank's checkpoint tensors under the model's names: `model.<name>` and
+    `optim.<name>.<state>` (the same on any plan, so that a checkpoint outlives it)."""
+    out = {f"model.{names(n)}": p for c, mod in sorted(worker.compute.copies.items()) if c[0] == 0
            for n, p in mod.named_parameters()}
-    return {**out, **opt.state_tensors()}
+    for key, t in opt.state_tensors().items():
+        name, _, state = key[len("optim."):].rpartition(".")
+        out[f"optim.{names(name)}.{state}"] = t
+    return out
 
 
-def _restore(worker: Rank, opt: StageOptimizers, path: str) -> None:
-    loaded = checkpoint.load(path, _stage_tensors(worker, opt))
+def _restore(worker: Rank, opt: StageOptimizers, path: str, names: ModelNames) -> None:
+    """Fill every copy's parameters and AdamW state from checkpoint `path` (any plan's)."""
+    loaded = checkpoint.load(path, _stage_tensors(worker, opt, names))
     with torch.no_grad():
         for _, mod in sorted(worker.compute.copies.items()):
             for n, p in mod.named_parameters():
-                p.copy_(loaded[f"model.{n}"])
-    opt.load_state_tensors(loaded)
+                p.copy_(loaded[f"model.{names(n)}"])
+    state = {}
+    for key in opt.state_tensors():
+        name, _, st = key[len("optim."):].rpartition(".")
+        state[key] = loaded[f"optim.{names(name)}.{st}"]
+    opt.load_state_tensors(state)
+
+
+def _final_params(worker: Rank, names: ModelNames, replica0: bool = True) -> dict[str, torch.Tensor]:
+    return {names(n): p.detach().cpu().clone() for c, mod in sorted(worker.compute.copies.items())
+            if c[0] == 0 or not replica0 for n, p in mod.named_parameters()}
 
 
 def _mean_loss(worker: Rank, m: int) -> float:
@@ -117,8 +135,9 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     the rank holding the last stage logs each step once its last micro-batch is through."""
     st, compute = job.train.stream, worker.compute
     opt = StageOptimizers(compute.copies, job.train.optim)
+    names = ModelNames.of(job.rank.model, job.rank.seed)
     if job.train.resume:
-        _restore(worker, opt, job.train.resume)
+        _restore(worker, opt, job.train.resume, names)
         for (_, s), mod in compute.copies.items():
             compute.weights.bind(s, mod)
     m, last = st.microbatches, st.stages - 1
@@ -149,12 +168,11 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
                              "where": f"micro-batch {bad[0] % m} of the stream's step {step + 1}"},
                 "checkpoint": job.train.resume, "losses": [], "params": {}, "events": []}
     if job.train.checkpoint_every:
-        saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt),
+        saved = str(checkpoint.save(job.train.checkpoint_dir, job.train.steps, _stage_tensors(worker, opt, names),
                                     job.train.meta,
                                     {"plan.json": job.train.plan_json} if job.train.plan_json else None))
     losses = {k: float(v) for k, v in enumerate(mb.tolist())}
-    params = {n: p.detach().cpu().clone() for c, mod in sorted(compute.copies.items())
-              for n, p in mod.named_parameters()}
+    params = _final_params(worker, names, replica0=False)
     return {"losses": step_losses(losses, m), "params": params, "checkpoint": saved, "events": worker.events,
             "microbatch_losses": losses}
 
@@ -163,8 +181,12 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     if job.train.stream is not None:
         return _train_async(rank, job, worker, out)
     opt = StageOptimizers(worker.compute.copies, job.train.optim, distributed=True)
+    names = ModelNames.of(job.rank.model, job.rank.seed)
+    tied = TiedGrads(job.rank.model, job.rank.seed, job.rank.partition, worker.table, rank, worker.compute.copies)
+    tied.check_equal(rank)
+    opt.uncounted = tied.uncounted
     if job.train.resume:
-        _restore(worker, opt, job.train.resume)
+        _restore(worker, opt, job.train.resume, names)
     table = worker.table
     tokens = table.n_microbatches * job.rank.compute.data.batch(job.train.start, 0)["ids"].numel()
     losses, saved = [], job.train.resume
@@ -173,6 +195,7 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         t0 = time.perf_counter()
         worker.events = []
         worker.iteration(step)
+        tied.sum()
         loss = _mean_loss(worker, table.n_microbatches)
         diverged = _health(worker, opt, step, loss)
         if diverged is not None:        # stop before the update: the weights stay those of the last good step
@@ -182,16 +205,16 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         losses.append(loss)
         last = step + 1 == job.train.steps
         if job.train.checkpoint_every and ((step + 1) % job.train.checkpoint_every == 0 or last):
-            saved = str(checkpoint.save(job.train.checkpoint_dir, step + 1, _stage_tensors(worker, opt), job.train.meta,
+            saved = str(checkpoint.save(job.train.checkpoint_dir, step + 1, _stage_tensors(worker, opt, names),
+                                        job.train.meta,
                                           {"plan.json": job.train.plan_json} if job.train.plan_json else None))
         if rank == 0:
             with open(out / "progress.jsonl", "a") as f:
                 f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step),
                                     "grad_norm": norm, "step_s": dt, "tokens_per_s": tokens / dt}) + "\n")
-    params = {n: p.detach().cpu().clone() for c, mod in sorted(worker.compute.copies.items())
-              if c[0] == 0 for n, p in mod.named_parameters()}
-    return {"losses": losses, "params": params, "checkpoint": saved if saved != job.train.resume else "",
-            "events": worker.events}
+    copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
+    return {"losses": losses, "params": _final_params(worker, names), "tied_copies": copies,
+            "checkpoint": saved if saved != job.train.resume else "", "events": worker.events}
 
 
 def train_rank(rank: int, job: TrainRankJob, control) -> None:
@@ -217,6 +240,7 @@ class TrainRun:
     records: list[dict]
     events: list[list[dict]] = field(default_factory=list)
     microbatch_losses: dict[int, float] = field(default_factory=dict)   # asynchronous: the stream's
+    tied_equal: bool | None = None     # whether every copy of each shared parameter ended equal (None: none)
 
 
 def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
@@ -254,8 +278,13 @@ def gather(out: Path, world: int, checkpoint_every: int = 0) -> TrainRun:
         params.update(d["params"])
     path = out / "progress.jsonl"
     records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    copies: dict[str, list[torch.Tensor]] = {}
+    for d in docs:
+        for name, ts in d.get("tied_copies", {}).items():
+            copies.setdefault(name, []).extend(ts)
+    equal = all(torch.equal(ts[0], t) for ts in copies.values() for t in ts[1:]) if copies else None
     return TrainRun(docs[0]["losses"], params, docs[0]["checkpoint"], records, [d["events"] for d in docs],
-                    docs[0].get("microbatch_losses", {}))
+                    docs[0].get("microbatch_losses", {}), equal)
 
 
 def launch_training(job: Job, spec: TrainSpec, result_dir: str,
@@ -278,23 +307,41 @@ def launch_training(job: Job, spec: TrainSpec, result_dir: str,
     return gather(out, table.n_devices * job.config.tp, spec.checkpoint_every)
 
 
+def _reference_model(blocks, seed: int) -> tuple[nn.Module, Callable[[dict], torch.Tensor]]:
+    """The model a single process trains: a user's factory output as the factory returned it
+    (called afresh, its shared parameters shared: not the runtime's per-stage copies), or a
+    preset's layers as one stage; and its loss on a batch."""
+    if isinstance(blocks, UserBlocks):
+        raw, loss_fn = blocks.fresh(seed)
+
+        def loss(batch: dict) -> torch.Tensor:
+            x = batch["ids"]
+            for block in raw:
+                x = block(x)
+            return loss_fn(x, batch["targets"])
+        return nn.Sequential(*raw), loss
+    full = StageModule(blocks, 0, as_blocks(blocks).n_blocks, seed)
+    return full, lambda batch: full(None, batch)
+
+
 def reference_train(blocks, batches, n_microbatches: int, optim: OptimSettings, steps: int,
                     seed: int = 0, autocast: torch.dtype | None = None) -> TrainRun:
-    """The same training in one process: the whole block list as one stage, micro-batches in
-    order, the mean loss's gradient, the same AdamW, schedule and clipping."""
-    full = StageModule(blocks, 0, as_blocks(blocks).n_blocks, seed)
-    opt = StageOptimizers({(0, 0): full}, optim)
+    """The same training in one process: the whole model at once, micro-batches in order, the
+    mean loss's gradient, the same AdamW, schedule and clipping; final weights under the model's
+    names."""
+    model, loss_of = _reference_model(blocks, seed)
+    opt = StageOptimizers({(0, 0): model}, optim)
     losses = []
     for step in range(steps):
-        full.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         total = 0.0
         for m in range(n_microbatches):
             batch = batches.batch(step, m)
             with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
-                loss = full(None, batch)
+                loss = loss_of(batch)
             (loss / n_microbatches).backward()
             total += float(loss.detach())
         losses.append(total / n_microbatches)
         opt.step(step)
-    params = {k: p.detach().clone() for k, p in full.named_parameters()}
+    params = {k: p.detach().clone() for k, p in model.named_parameters()}
     return TrainRun(losses, params, "", [])

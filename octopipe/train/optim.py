@@ -58,10 +58,15 @@ class StageOptimizers:
                  distributed: bool = False) -> None:
         self.stages, self.settings, self.distributed = stages, settings, distributed
         self.counted = [c for c in sorted(stages) if c[0] == 0]
+        self.uncounted: set[int] = set()     # ids of copies of a shared parameter counted on another stage
         self.opts = {c: torch.optim.AdamW(_groups(m, settings.weight_decay), lr=settings.lr,
                                           betas=(settings.beta1, settings.beta2), eps=settings.eps,
                                           foreach=False)
                      for c, m in stages.items() if any(p.requires_grad for p in m.parameters())}
+
+    def _counted_params(self) -> list[nn.Parameter]:
+        return [p for c in self.counted for p in self.stages[c].parameters()
+                if p.grad is not None and id(p) not in self.uncounted]
 
     def _grads(self, copies) -> list[torch.Tensor]:
         return [p.grad for c in copies for p in self.stages[c].parameters() if p.grad is not None]
@@ -69,8 +74,8 @@ class StageOptimizers:
     def grad_norm(self) -> float:
         """The L2 norm of every stage's gradient, over all ranks (float64 sums)."""
         sq = torch.zeros((), dtype=torch.float64)
-        for g in self._grads(self.counted):
-            sq += g.detach().double().pow(2).sum().cpu()
+        for p in self._counted_params():
+            sq += p.grad.detach().double().pow(2).sum().cpu()
         if self.distributed:
             dist.all_reduce(sq)
         return float(sq.sqrt())
@@ -81,7 +86,7 @@ class StageOptimizers:
         for c in self.counted:
             sq = torch.zeros((), dtype=torch.float64)
             for p in self.stages[c].parameters():
-                if p.grad is not None:
+                if p.grad is not None and id(p) not in self.uncounted:
                     sq += p.grad.detach().double().pow(2).sum().cpu()
             out[c[1]] = out.get(c[1], 0.0) + float(sq)
         return out

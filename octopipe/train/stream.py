@@ -24,6 +24,7 @@ from octopipe.config.schema import Config
 from octopipe.errors import ConfigError
 from octopipe.runtime.stage import StageModule
 from octopipe.train.optim import OptimSettings, StageOptimizers
+from octopipe.train.tied import ModelNames
 
 
 def rule_of(cfg: Config) -> Rule | None:
@@ -158,7 +159,9 @@ def replay_training(blocks, partition, streams: list[Stream], batches, optim: Op
         last = replay_stream([mods[(0, s)] for s in range(len(partition))], st.schedule(),
                              lambda k, feed=feed: feed.batch(0, k), AdamWUpdate(opt, st))
         losses += step_losses(last.losses, st.microbatches)
-    return StreamReplay(losses, last.losses if last else {}, last.weights if last else {})
+    names = ModelNames.of(blocks, seed)
+    return StreamReplay(losses, last.losses if last else {},
+                        {names(n): w for n, w in last.weights.items()} if last else {})
 
 
 def step_losses(losses: dict[int, float], microbatches: int) -> list[float]:

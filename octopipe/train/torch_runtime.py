@@ -29,6 +29,7 @@ from octopipe.runtime.stage import StageModule
 from octopipe.schedule.csv_io import write_csv
 from octopipe.train.loop import TrainRun
 from octopipe.train.optim import OptimSettings, StageOptimizers
+from octopipe.train.tied import ModelNames, cross_stage_ties
 
 
 class TorchStage(nn.Module):
@@ -50,6 +51,10 @@ def check_torch_plan(blocks, plan: Plan) -> None:
     if not isinstance(blocks, UserBlocks):
         raise ScheduleError("torch's runtime runs a user's blocks (model=module); a preset's head computes "
                             "its loss inside")
+    ties = cross_stage_ties(blocks, 0, plan.partition.ranges)
+    if ties:
+        raise ScheduleError(f"parameter {ties[0][0].name} is shared by stages {list(ties[0][1])}; torch's runtime "
+                            f"would train a copy per stage: run it on OctoPipe's runtime, which keeps it one")
     if plan.table.replicas:
         raise ScheduleError(f"plan {plan.table.name!r} holds a stage on several ranks (replicas); torch's "
                             f"runtime needs one rank per stage")
@@ -86,7 +91,8 @@ def _rank(rank: int, payload: tuple, control) -> None:
         times.append(time.perf_counter() - t0)
         losses.append(float(total) / m)
         control.report(rank, step, 0, -1, waiting=False)
-    params = {n: p.detach().clone() for s in held for n, p in mods[s].named_parameters()}
+    names = ModelNames.of(blocks, seed)
+    params = {names(n): p.detach().clone() for s in held for n, p in mods[s].named_parameters()}
     torch.save({"losses": losses, "params": params, "times": times}, Path(out) / f"torch{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
