@@ -22,7 +22,16 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.loop import TrainRun, launch_training, reference_train
-from octopipe.train.setup import checkpoints_for, fingerprints, setup, start_step, streams_before, train_job
+from octopipe.train.setup import (
+    checkpoints_for,
+    fingerprints,
+    params_total,
+    setup,
+    shared_parameters,
+    start_step,
+    streams_before,
+    train_job,
+)
 from octopipe.train.stream import replay_training
 from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
 
@@ -40,7 +49,16 @@ def run(inputs: Inputs) -> Result:
     if claim is not None and claim.removed:
         report.append(f"[yellow]removed unfinished checkpoint saves in {claim.directory}: "
                       f"{', '.join(claim.removed)}[/yellow]")
-    n_params = int(s.costs.params.sum())
+    if s.resumed and s.resumed.get("plan") != meta["plan"]:
+        was = s.resumed.get("plan_desc", {})
+        report.append(f"resuming step {start} of a checkpoint trained on another plan "
+                      f"({was.get('name', '?')}, partition {was.get('partition', '?')}): its weights and AdamW "
+                      f"state are loaded by name onto this run's plan")
+    ties = shared_parameters(s, cfg.seed)
+    if ties:
+        report.append("shared parameters (one parameter; a copy per stage holding it, gradients summed): "
+                      + "; ".join(f"{x['name']} (blocks {x['blocks']}, stages {x['stages']})" for x in ties))
+    n_params = params_total(s, cfg.seed)
     pp, m = s.plan.table.n_devices, s.plan.table.n_microbatches     # what runs, whatever was asked
     report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
                   f"{pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
@@ -59,9 +77,13 @@ def run(inputs: Inputs) -> Result:
         job, spec = train_job(cfg, s, start, checkpoints=claim)
         result = launch_training(job, spec, tmp, on_step)
     recs = result.records
+    if ties:
+        summary_ties = {"shared_parameters": ties, "shared_copies_equal": result.tied_equal}
+    else:
+        summary_ties = {}
     summary = {"status": "ok", "model": s.name, "pp": pp, "microbatches": m,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
-               **figures(result, t.steps, start)}
+               **figures(result, t.steps, start), **summary_ties}
     if spec.stream is not None:
         st = spec.stream
         held = list(st.schedule().versions_held())

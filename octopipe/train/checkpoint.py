@@ -177,10 +177,10 @@ def _differences(meta: dict, want: dict, what: str) -> str:
             f"{want.get(what + '_name', '?')}, {want.get(what)}")
 
 
-def check_meta(path: str | Path, meta: dict, want: dict) -> int:
-    """The checkpoint's step, after its model and plan fingerprints matched `want`'s; else one
-    line saying what differs (the seed, the blocks, the shape, the partition, ...)."""
-    for what in ("model", "plan"):
+def check_meta(path: str | Path, meta: dict, want: dict, plan: bool = True) -> int:
+    """The checkpoint's step, after its model (and with `plan`, its plan) fingerprints matched
+    `want`'s; else one line saying what differs (the seed, the blocks, the shape, the partition)."""
+    for what in ("model", "plan") if plan else ("model",):
         if meta.get(what) != want.get(what):
             raise ConfigError(f"train.resume={path}: the checkpoint is of another {what} "
                               f"({_differences(meta, want, what)})")

@@ -25,13 +25,14 @@ from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
 from octopipe.model.hf import vocab_of
 from octopipe.model.params import model_params
+from octopipe.model.sharing import tied_tensors, unique_parameters
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.runtime.dispatch import plain
 from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
-from octopipe.runtime.stage import SpecBlocks, StageModule, as_blocks
+from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
 from octopipe.train import checkpoint
 from octopipe.train.checkpoint import fingerprint
@@ -40,6 +41,7 @@ from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
+from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import model_splitter
@@ -142,7 +144,9 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
         path = Path(t.resume) / "plan.json"
         if not path.is_file():
             raise ConfigError(f"train.resume={t.resume}: no plan.json there; not a checkpoint of mode=train")
-        return load_plan(path)
+        before = load_plan(path)
+        if (before.table.n_devices, before.table.n_microbatches) == (t.pp, t.microbatches):
+            return before        # the same shape continues on the same plan, bit for bit
     if t.plan == "schedule":
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
@@ -157,35 +161,24 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
     return res.plan
 
 
-def _check_resumed_plan(cfg: Config, path: str, plan: Plan) -> None:
-    """A resumed run follows its checkpoint's plan: refuse a train.pp or train.microbatches it
-    does not run, rather than report what did not run."""
-    t = cfg.train
-    for key, asked, ran in (("pp", t.pp, plan.table.n_devices), ("microbatches", t.microbatches,
-                                                                 plan.table.n_microbatches)):
-        if asked != ran:
-            raise ConfigError(f"train.{key}={asked}: the checkpoint {path} was trained with train.{key}={ran} "
-                              f"and a resumed run follows its plan; set train.{key}={ran}")
-
-
 def check_resume_tensors(path: str, blocks, seed: int) -> None:
-    """Every parameter of the model is in the checkpoint with its shape (a factory edited since
-    the checkpoint, a width changed): one line naming the first that differs."""
-    want = {f"model.{n}": tuple(p.shape) for n, p in StageModule(blocks, 0, as_blocks(blocks).n_blocks, seed)
-            .named_parameters()}
+    """Every parameter of the model is in the checkpoint under its name, with its shape (a
+    factory edited since the checkpoint, a width changed, another split of the layers): one
+    line naming the first that differs."""
+    want = model_shapes(blocks, seed)
     try:
         have = checkpoint.tensor_shapes(path)
     except Exception as e:     # torch's reader raises several types for a damaged .metadata
         raise ConfigError(f"train.resume={path}: the checkpoint's .metadata cannot be read "
                           f"({type(e).__name__}); resume from an intact checkpoint") from None
     for name, shape in sorted(want.items()):
-        if name not in have:
-            raise ConfigError(f"train.resume={path}: the checkpoint has no {name[6:]}; it was written by "
-                              f"another model")
-        if have[name] != shape:
-            raise ConfigError(f"train.resume={path}: {name[6:]} has shape {list(have[name])} in the checkpoint "
-                              f"and {list(shape)} in this model; resume with the model the checkpoint was "
-                              f"written with")
+        if f"model.{name}" not in have:
+            raise ConfigError(f"train.resume={path}: the checkpoint has no parameter {name}; it was written by "
+                              f"another model (or another split of its layers)")
+        if have[f"model.{name}"] != shape:
+            raise ConfigError(f"train.resume={path}: {name} has shape {list(have['model.' + name])} in the "
+                              f"checkpoint and {list(shape)} in this model; resume with the model the checkpoint "
+                              f"was written with")
 
 
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
@@ -212,9 +205,21 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     plan = plan_for(cfg, blocks, costs, cluster, name)
     run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
     if cfg.train.resume:
-        _check_resumed_plan(cfg, cfg.train.resume, plan)
         check_resume_tensors(cfg.train.resume, run_blocks, cfg.seed)
+    ties = cross_stage_ties(run_blocks, cfg.seed, plan.partition.ranges)
+    if rule_of(cfg) is not None and ties:
+        raise ConfigError(f"schedule={cfg.schedule.name}: parameter {ties[0][0].name} is shared by stages "
+                          f"{list(ties[0][1])}, whose weight versions an asynchronous schedule keeps apart; "
+                          f"train it with a synchronous schedule")
     return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note, resumed)
+
+
+def params_total(s: Setup, seed: int) -> int:
+    """The model's parameter count, a shared parameter once (a user's model: as its factory
+    built it; a preset: the profiled blocks')."""
+    if isinstance(s.reference_blocks, UserBlocks):
+        return unique_parameters(s.reference_blocks.raw(seed)[0])
+    return int(s.costs.params.sum())
 
 
 def model_fingerprint(name: str, blocks, seed: int) -> dict:
@@ -244,8 +249,8 @@ def start_step(cfg: Config, s: Setup, meta: dict) -> int:
     """The step a run begins at: 0, or the resumed checkpoint's after its fingerprints match;
     what an asynchronous stream cannot checkpoint is refused either way."""
     start = 0
-    if cfg.train.resume:
-        start = checkpoint.check_meta(cfg.train.resume, s.resumed, meta)
+    if cfg.train.resume:       # a synchronous run may continue on another plan; a stream may not
+        start = checkpoint.check_meta(cfg.train.resume, s.resumed, meta, plan=rule_of(cfg) is not None)
         if start >= cfg.train.steps:
             raise ConfigError(f"train.resume={cfg.train.resume}: the checkpoint is at step {start}, "
                               f"train.steps={cfg.train.steps} leaves nothing to run")
@@ -298,3 +303,12 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
                      str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
     return job, spec
+
+
+def shared_parameters(s: Setup, seed: int) -> list[dict]:
+    """Every parameter several blocks hold: its name, blocks and the stages of the plan holding it."""
+    if not isinstance(s.blocks, UserBlocks):
+        return []
+    stage_of = {j: k for k, (lo, hi) in enumerate(s.plan.partition.ranges) for j in range(lo, hi)}
+    return [{"name": t.name, "blocks": list(t.blocks), "stages": sorted({stage_of[j] for j in t.blocks})}
+            for t in tied_tensors(s.blocks.raw(seed)[0]) if t.parameter]

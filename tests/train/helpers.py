@@ -38,8 +38,8 @@ def named_plan(name: str, n_blocks: int, pp: int = 2, m: int = 4) -> Plan:
 
 def train(blocks, plan: Plan, data, steps: int = 20, optim: OptimSettings = OPTIM, **job) -> TrainRun:
     """`steps` steps of `plan` on 2 local ranks (job: TrainSpec fields, e.g. checkpoints, and
-    `autocast`) through the runtime's one route."""
+    `autocast`, `dispatch`) through the runtime's one route."""
     with tempfile.TemporaryDirectory() as d:
-        run_job = Job(plan, blocks, RuntimeConfig(dispatch="strict", timeout_s=240, stall_s=120), data=data,
-                      autocast=job.pop("autocast", ""))
+        run_job = Job(plan, blocks, RuntimeConfig(dispatch=job.pop("dispatch", "strict"), timeout_s=240, stall_s=120),
+                      data=data, autocast=job.pop("autocast", ""))
         return launch_training(run_job, TrainSpec(optim, steps, **job), d)
