@@ -158,13 +158,25 @@ def test_a_resume_with_another_seed_says_seed(first, tmp_path, capsys, monkeypat
     assert code == 2 and len(err) == 1 and "seed 0 (this run: 5)" in err[0], err
 
 
-@pytest.mark.parametrize("override,field", [("train.pp=3", "train.pp"), ("train.microbatches=8", "train.microbatches")])
-def test_a_resume_never_reports_a_shape_it_does_not_run(first, tmp_path, capsys, monkeypatch, override, field):
+def test_a_resume_on_another_pp_runs_it_reports_it_and_continues_the_loss(first, tmp_path, capsys, monkeypatch):
+    """A pp=2 checkpoint resumed at train.pp=3: loaded by the model's names onto a 3-rank plan,
+    reported as 3 ranks, ending within rounding of the uninterrupted pp=2 run."""
     monkeypatch.chdir(ROOT)
-    code, err = _train(capsys, tmp_path / "run", "train.steps=4", "train.plan=tuned", override,
+    code, err = _train(capsys, tmp_path / "run", "train.steps=4", "train.pp=3", f"train.resume={_step(first, 2)}")
+    assert code == 0, err
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    whole = json.loads((first / "run" / "summary.json").read_text())
+    assert s["pp"] == 3 and s["start_step"] == 2 and json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert abs(s["final_loss"] - whole["final_loss"]) <= 1e-4 * abs(whole["final_loss"]), (s, whole)
+
+
+def test_a_resume_with_more_microbatches_reports_what_ran(first, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, err = _train(capsys, tmp_path / "run", "train.steps=3", "train.microbatches=8",
                        f"train.resume={_step(first, 2)}")
-    assert code == 2 and len(err) == 1 and err[0].startswith(f"octopipe: error: {field}="), err
-    assert not (tmp_path / "run" / "summary.json").exists()
+    assert code == 0, err
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["microbatches"] == 8 and s["pp"] == 2 and s["steps"] == 3
 
 
 def test_a_resumed_run_reports_the_shape_it_ran(first, tmp_path, capsys, monkeypatch):
