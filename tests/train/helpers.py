@@ -13,8 +13,9 @@ from octopipe.plan import Partition, Plan
 from octopipe.runtime.job import Job
 from octopipe.schedule.library import build_schedule
 from octopipe.train.data import TokenBatches, load_corpus
-from octopipe.train.loop import TrainRun, TrainSpec, launch_training
+from octopipe.train.loop import TrainRun, TrainSpec, launch_training, reference_train
 from octopipe.train.optim import OptimSettings
+from octopipe.train.summary import compare
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OPTIM = OptimSettings(lr=1e-2, warmup_steps=3, total_steps=20, clip_norm=1.0)
@@ -43,3 +44,22 @@ def train(blocks, plan: Plan, data, steps: int = 20, optim: OptimSettings = OPTI
         run_job = Job(plan, blocks, RuntimeConfig(dispatch=job.pop("dispatch", "strict"), timeout_s=240, stall_s=120),
                       data=data, autocast=job.pop("autocast", ""))
         return launch_training(run_job, TrainSpec(optim, steps, **job), d)
+
+
+class ReversedMicrobatches:
+    """The same batches with each step's micro-batches in reverse order: the same mean gradient,
+    summed in another order."""
+
+    def __init__(self, data, n: int) -> None:
+        self.data, self.n = data, n
+
+    def batch(self, step: int, mb: int) -> dict:
+        return self.data.batch(step, self.n - 1 - mb)
+
+
+def weight_floor(blocks, data, ref: TrainRun, optim: OptimSettings = OPTIM, steps: int = 20) -> float:
+    """The reference's own final-weight spread when each step's micro-batches are summed in
+    reverse order: the rounding a pipeline's other summation order may show (AdamW magnifies it
+    in parameters whose true gradient is zero, such as an attention key's bias)."""
+    again = reference_train(blocks, ReversedMicrobatches(data, 4), 4, optim, steps)
+    return compare(again, ref, blocks, {})[1]

@@ -36,21 +36,10 @@ from octopipe.train.summary import compare
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import model_splitter
 from tests.runtime import tiny
-from tests.train.helpers import OPTIM, batches, gpt, named_plan, train
+from tests.train.helpers import OPTIM, ReversedMicrobatches, batches, gpt, named_plan, train
 
 RTOL = 1e-5
 FLOOR_MULTIPLE = 8.0
-
-
-class ReversedMicrobatches:
-    """The same batches with each step's micro-batches in reverse order: the same mean gradient,
-    summed in another order."""
-
-    def __init__(self, data, n: int) -> None:
-        self.data, self.n = data, n
-
-    def batch(self, step: int, mb: int) -> dict:
-        return self.data.batch(step, self.n - 1 - mb)
 
 
 def weight_bound(model, data, ref, split: tuple | None = None) -> float:

@@ -14,7 +14,7 @@ from octopipe.schedule.library import build_schedule
 from octopipe.train.loop import reference_train
 from octopipe.train.summary import compare
 from tests.train import shared_models
-from tests.train.helpers import OPTIM, ROOT, batches, train
+from tests.train.helpers import OPTIM, ROOT, batches, train, weight_floor
 
 FACTORY = f"{ROOT}/tests/train/shared_models.py"
 SEQ, MBS, STEPS = 16, 2, 6
@@ -65,7 +65,8 @@ def test_the_pipeline_trains_the_factorys_model(func, schedule, dispatch, cuts):
     ref = reference_train(blocks, data, 4, OPTIM, STEPS)
     loss_err, weight_err = compare(run, ref, blocks, {})
     assert set(run.params) == set(ref.params)        # the model's own names, the shared one once
-    assert loss_err <= RTOL and weight_err <= 1e-4, (loss_err, weight_err)
+    bound = max(RTOL, 8 * weight_floor(blocks, data, ref, OPTIM, STEPS))
+    assert loss_err <= RTOL and weight_err <= bound, (loss_err, weight_err, bound)
     assert run.tied_equal is True                     # every copy took the same steps
 
 
