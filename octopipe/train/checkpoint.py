@@ -99,70 +99,78 @@ def save(root: str | Path, step: int, tensors: dict[str, torch.Tensor], meta: di
     return final
 
 
-def _corrupt(path: Path, what: str) -> ConfigError:
-    return ConfigError(f"train.resume={path}: the checkpoint is damaged: {what}; resume from an intact "
-                       f"checkpoint (an earlier step_N)")
+class _Damaged(Exception):
+    """What is wrong with a checkpoint's files (read_meta names the field and the fix)."""
 
 
 def _read_meta_doc(p: Path) -> dict:
     try:
         doc = json.loads((p / META).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _corrupt(p, f"{META} cannot be read as JSON ({type(e).__name__})") from None
+        raise _Damaged(f"{META} cannot be read as JSON ({type(e).__name__})") from None
     if not isinstance(doc, dict):
-        raise _corrupt(p, f"{META} holds no object")
+        raise _Damaged(f"{META} holds no object")
     return doc
 
 
 def _check_fields(p: Path, doc: dict) -> None:
     step = doc.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        raise _corrupt(p, f"{META} gives step {step!r} (a positive whole number expected)")
+        raise _Damaged(f"{META} gives step {step!r} (a positive whole number expected)")
     for key in ("model", "plan"):
         if not isinstance(doc.get(key), str):
-            raise _corrupt(p, f"{META} lacks the {key} fingerprint")
+            raise _Damaged(f"{META} lacks the {key} fingerprint")
 
 
 def _check_files(p: Path, listed: dict) -> None:
     if not isinstance(listed, dict) or not listed:
-        raise _corrupt(p, f"{META}'s manifest is empty")
+        raise _Damaged(f"{META}'s manifest is empty")
     present = {q.name for q in p.iterdir() if q.name != META}
     extra = sorted(present - set(listed))
     if extra:
-        raise _corrupt(p, f"{extra[0]} is not in the manifest")
+        raise _Damaged(f"{extra[0]} is not in the manifest")
     for name, want in sorted(listed.items()):
         q = p / name
         if not q.is_file():
-            raise _corrupt(p, f"{name} is missing")
+            raise _Damaged(f"{name} is missing")
         got = file_digest(q)
         if not isinstance(want, dict) or got["bytes"] != want.get("bytes"):
-            raise _corrupt(p, f"{name} has {got['bytes']} bytes, the manifest says "
+            raise _Damaged(f"{name} has {got['bytes']} bytes, the manifest says "
                               f"{want.get('bytes') if isinstance(want, dict) else '?'}")
         if got["sha256"] != want.get("sha256"):
-            raise _corrupt(p, f"{name}'s contents do not match its checksum")
+            raise _Damaged(f"{name}'s contents do not match its checksum")
 
 
-def read_meta(path: str | Path) -> dict:
-    """The metadata of checkpoint `path` once its files are verified against its manifest (a
-    checkpoint written before manifests has `verified` False); ConfigError, one line naming the
-    file, for a directory that is not a complete, intact checkpoint."""
-    p = Path(path)
-    if p.name.endswith(".tmp"):
-        raise ConfigError(f"train.resume={path}: an unfinished checkpoint (its save was interrupted); "
-                          f"resume from a complete step_N")
-    if not p.is_dir():
-        raise ConfigError(f"train.resume={path}: no such checkpoint directory")
-    if not (p / META).is_file() or not (p / ".metadata").is_file():
-        raise ConfigError(f"train.resume={path}: not a complete OctoPipe checkpoint (no {META} "
-                          f"and .metadata there)")
+def _verified(p: Path) -> dict:
     doc = _read_meta_doc(p)
     _check_fields(p, doc)
     if SEAL not in doc and "files" not in doc:
         return {**doc, "verified": False}
     if doc.get(SEAL) != _seal_of(doc):
-        raise _corrupt(p, f"{META} was edited (its checksum does not match its contents)")
+        raise _Damaged(f"{META} was edited (its checksum does not match its contents)")
     _check_files(p, doc.get("files"))
     return {**doc, "verified": True}
+
+
+def read_meta(path: str | Path, what: str = "train.resume") -> dict:
+    """The metadata of checkpoint `path` once its files are verified against its manifest (a
+    checkpoint written before manifests has `verified` False); ConfigError, one line naming
+    `what` (the field that gave the path) and the file, for a directory that is not a complete,
+    intact checkpoint."""
+    p = Path(path)
+    if p.name.endswith(".tmp"):
+        raise ConfigError(f"{what}={path}: an unfinished checkpoint (its save was interrupted); "
+                          f"use a complete step_N")
+    if not p.is_dir():
+        raise ConfigError(f"{what}={path}: no such checkpoint directory")
+    if not (p / META).is_file() or not (p / ".metadata").is_file():
+        raise ConfigError(f"{what}={path}: not a complete OctoPipe checkpoint (no {META} "
+                          f"and .metadata there)")
+    try:
+        return _verified(p)
+    except _Damaged as e:
+        raise ConfigError(f"{what}={path}: the checkpoint is damaged: {e}; use an intact checkpoint (an "
+                          f"earlier step_N)") from None
 
 
 def _differences(meta: dict, want: dict, what: str) -> str:

@@ -241,8 +241,13 @@ def fingerprints(s: Setup, seed: int) -> dict:
     desc = {"name": s.plan.table.name, "partition": plan["partition"], "placement": plan["placement"],
             "microbatches": plan["microbatches"], "pieces": {str(k): v for k, v in s.plan.pieces.items()},
             "table": fingerprint(plan["table"])}
-    return {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
-            "plan_name": s.plan.table.name, "plan_desc": desc}
+    out = {**model_fingerprint(s.name, s.reference_blocks, seed), "plan": fingerprint(plan),
+           "plan_name": s.plan.table.name, "plan_desc": desc}
+    b = s.reference_blocks
+    if isinstance(b, UserBlocks):       # what `python -m octopipe.train.export` rebuilds the model from
+        out["model_ref"] = {"factory": b.factory, "kwargs": [list(kv) for kv in b.kwargs], "seq_len": b.seq_len,
+                            "micro_batch_size": b.micro_batch_size, "vocab": b.vocab, "seed": seed}
+    return out
 
 
 def start_step(cfg: Config, s: Setup, meta: dict) -> int:
