@@ -43,6 +43,8 @@ class TrainConfig:
     checkpoint_dir: str = setting("", "where checkpoints go (claimed by this run: never another run's); \"\": "
                                       "<run dir>/checkpoints")
     resume: str = setting("", "a checkpoint directory (.../step_000010) to continue from")
+    tensorboard: bool = setting(False, "also write TensorBoard scalars (loss, lr, grad norm, tokens/s, step "
+                                       "time, each rank's idle share) under <run dir>/tensorboard")
     check_reference: bool = setting(False, "also train the single-process reference and report "
                                            "the largest relative loss and weight difference")
     tune_s: float = setting(10.0, "wall-clock safety cap of the tuner for the training plan "

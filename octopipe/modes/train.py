@@ -14,6 +14,7 @@ loss.png, plan.json and schedule.csv.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import torch
 
@@ -34,6 +35,7 @@ from octopipe.train.setup import (
 )
 from octopipe.train.stream import replay_training
 from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
+from octopipe.train.tensorboard import ScalarLog
 
 
 def run(inputs: Inputs) -> Result:
@@ -65,17 +67,24 @@ def run(inputs: Inputs) -> Result:
                   f"placement "
                   f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.pieces)) if s.plan.pieces else ''}), "
                   f"{m} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
+    board = ScalarLog((inputs.run_dir or Path(tempfile.gettempdir())) / "tensorboard") if t.tensorboard else None
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
         every = max(1, (t.steps - start) // 10)
 
         def on_step(r: dict) -> None:
+            if board is not None:
+                board.step(r)
             line = f"step {r['step']}/{t.steps} loss {r['loss']:.3f} {r['tokens_per_s']:,.0f} tok/s"
             update(line, r["step"] - start, t.steps - start)
             if not inputs.interactive and (r["step"] - start) % every == 0:
                 inputs.progress(line)
         job, spec = train_job(cfg, s, start, checkpoints=claim)
-        result = launch_training(job, spec, tmp, on_step)
+        try:
+            result = launch_training(job, spec, tmp, on_step)
+        finally:
+            if board is not None:
+                board.close()
     recs = result.records
     if ties:
         summary_ties = {"shared_parameters": ties, "shared_copies_equal": result.tied_equal}

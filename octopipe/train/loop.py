@@ -125,6 +125,16 @@ def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> dict 
         n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}
 
 
+def _idle_shares(worker: Rank, rank: int, step: int, dt: float) -> list[float]:
+    """Collective: each rank's share of step `step` spent not computing (its actions' time
+    against the step's wall time)."""
+    busy = sum(e["end"] - e["start"] for e in worker.events if e.get("it") == step and "action" in e)
+    shares = torch.zeros(dist.get_world_size(), dtype=torch.float64)
+    shares[rank] = max(0.0, 1.0 - busy / dt) if dt > 0 else 0.0
+    dist.all_reduce(shares)
+    return [round(float(x), 6) for x in shares]
+
+
 def _record(out: Path, rec: dict) -> None:
     with open(out / "progress.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -208,10 +218,10 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
             saved = str(checkpoint.save(job.train.checkpoint_dir, step + 1, _stage_tensors(worker, opt, names),
                                         job.train.meta,
                                           {"plan.json": job.train.plan_json} if job.train.plan_json else None))
+        idle = _idle_shares(worker, rank, step, dt)
         if rank == 0:
-            with open(out / "progress.jsonl", "a") as f:
-                f.write(json.dumps({"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step),
-                                    "grad_norm": norm, "step_s": dt, "tokens_per_s": tokens / dt}) + "\n")
+            _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step), "grad_norm": norm,
+                          "step_s": dt, "tokens_per_s": tokens / dt, "idle_share": idle})
     copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
     return {"losses": losses, "params": _final_params(worker, names), "tied_copies": copies,
             "checkpoint": saved if saved != job.train.resume else "", "events": worker.events}
