@@ -21,6 +21,7 @@ from octopipe.config.presets import preset
 from octopipe.config.schema import Config
 from octopipe.cost.profiled import profile_blocks, profiled_costs
 from octopipe.cost.table import CostTable
+from octopipe.cost.tied import charge_ties
 from octopipe.errors import ConfigError
 from octopipe.model.build import build_model
 from octopipe.model.hf import vocab_of
@@ -129,7 +130,9 @@ def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
     cost = profiled_cost(cfg)
     if isinstance(blocks, SpecBlocks):
         return profiled_costs(cost, blocks.model, cluster)
-    return profile_blocks(blocks, cost, cluster)
+    ties = [(t.blocks[0], 4.0 * t.numel, len(t.blocks)) for t in tied_tensors(blocks.raw(cfg.seed)[0])
+            if t.parameter]         # fp32 gradients, summed over the holders' ranks
+    return charge_ties(profile_blocks(blocks, cost, cluster), ties, cluster, cfg.train.microbatches)
 
 
 def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
