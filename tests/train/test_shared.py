@@ -76,3 +76,13 @@ def test_tied_and_untied_twins_start_equal_and_then_differ():
     assert runs[0].losses[0] == pytest.approx(runs[1].losses[0], rel=1e-6)
     assert all(abs(a - b) > 1e-4 for a, b in zip(runs[0].losses[1:], runs[1].losses[1:]))
     assert "3.proj.weight" in runs[1].params and "3.proj.weight" not in runs[0].params
+
+
+def test_asynchronous_schedules_refuse_a_parameter_shared_across_stages(tmp_path, capsys, monkeypatch):
+    from tests.reliability.cli import run_in_process
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process(["mode=train", "model=module", "model.factory=tests/train/shared_models.py:tied",
+                                "model.seq_len=16", "model.micro_batch_size=2", "train.microbatches=4",
+                                "schedule=pipedream", "train.steps=2", "cost=profiled", "cost.repeats=1",
+                                "cost.warmup=0", "cost.cache_dir=", f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 2 and len(err) == 1 and "0.tok.weight is shared by stages" in err[0], err
