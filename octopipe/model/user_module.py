@@ -48,6 +48,9 @@ def _import_file(path: Path) -> Any:
         raise ConfigError(f"model.factory: {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:      # as `python path/model.py` would: modules beside it import
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's file: any error it raises is reported in one line

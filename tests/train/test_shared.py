@@ -86,3 +86,18 @@ def test_asynchronous_schedules_refuse_a_parameter_shared_across_stages(tmp_path
                                 "schedule=pipedream", "train.steps=2", "cost=profiled", "cost.repeats=1",
                                 "cost.warmup=0", "cost.cache_dir=", f"hydra.run.dir={tmp_path}"], capsys)
     assert code == 2 and len(err) == 1 and "0.tok.weight is shared by stages" in err[0], err
+
+
+def test_a_factory_file_imports_the_modules_beside_it_on_every_rank(tmp_path):
+    (tmp_path / "my_layers.py").write_text("from torch import nn\n\n\nclass Mix(nn.Module):\n"
+                                          "    def __init__(self, w):\n        super().__init__()\n"
+                                          "        self.lin = nn.Linear(w, w)\n\n"
+                                          "    def forward(self, x):\n        return x + self.lin(x)\n")
+    (tmp_path / "model.py").write_text("from torch import nn\nfrom my_layers import Mix\n\n\n"
+                                       "def build(vocab=256):\n"
+                                       "    return [nn.Embedding(vocab, 16), Mix(16), Mix(16), nn.Linear(16, vocab)]\n")
+    blocks = check_blocks(UserBlocks(f"{tmp_path / 'model.py'}:build", SEQ, MBS, 256))
+    data = batches(SEQ, MBS)
+    run = train(blocks, plan_of("1f1b", blocks.n_blocks), data, steps=2)
+    ref = reference_train(blocks, data, 4, OPTIM, 2)
+    assert compare(run, ref, blocks, {})[0] <= RTOL
