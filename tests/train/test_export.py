@@ -3,6 +3,7 @@ weights, loaded strictly by the factory's module (a tied parameter under both na
 kept), or a transformers directory `from_pretrained` loads with the same logits."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -28,6 +29,9 @@ def _train(tmp_path, *args: str):
 
 def test_a_tied_models_checkpoint_loads_strictly_into_the_factorys_module(tmp_path):
     step = _train(tmp_path, "model=module", "model.factory=tests/train/shared_models.py:tied")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["params_total"] == sum(p.numel() for p in shared_models.tied().parameters())
+    assert summary["shared_copies_equal"] is True and summary["shared_parameters"][0]["name"] == "0.tok.weight"
     out = tmp_path / "tied.pt"
     r = subprocess.run([sys.executable, "-m", "octopipe.train.export", str(step), str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
