@@ -4,8 +4,10 @@ The CLI and the benchmarks write results only through here, so a result is never
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,9 +57,35 @@ def write_json(path: Path, doc: Any) -> None:
     write_text(path, json_text(doc))
 
 
+_SPECIAL = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def regular_file(path: str | Path, what: str, max_bytes: int | None = None, limit: str = "") -> int:
+    """The size of `path` once it is known to be a regular file (a FIFO would block a read and a
+    device never end one) of at most `max_bytes`; ConfigError naming `what` (the field) and what
+    the path is otherwise. `limit` names the setting that raises `max_bytes`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{what}={str(path)!r}: does not exist; give a file") from None
+    except OSError as e:
+        why = "a symbolic link loop" if e.errno == errno.ELOOP else f"cannot be read ({e.strerror})"
+        raise ConfigError(f"{what}={str(path)!r}: {why}; give a file") from None
+    for test, name in _SPECIAL:
+        if test(st.st_mode):
+            raise ConfigError(f"{what}={str(path)!r}: {name}, not a regular file; give a file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise ConfigError(f"{what}={str(path)!r}: {st.st_size / 1e6:.1f} MB, above the {max_bytes / 1e6:.1f} MB "
+                          f"limit{' (' + limit + ')' if limit else ''}; give a smaller file"
+                          f"{' or raise ' + limit.split(' ')[0] if limit else ''}")
+    return st.st_size
+
+
 def read_text(path: Path, what: str) -> str:
     """The UTF-8 text of `path`; ConfigError naming `what` (the field, e.g. `schedule.file`) when
-    it cannot be read or is not text (a binary file)."""
+    it is no regular file, cannot be read or is not text (a binary file)."""
+    regular_file(path, what)
     try:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from octopipe.errors import ScheduleError
-from octopipe.io import read_text, write_text
+from octopipe.io import read_text, regular_file, write_text
 from octopipe.plan import Plan, SchedulePolicy
 from octopipe.schedule.action import Action
 from octopipe.schedule.csv_io import read_csv, write_csv
@@ -192,9 +192,9 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
 def load_schedule_file(path: str | Path, **csv_kwargs) -> ScheduleTable:
     """A table from a plan JSON or a torch CSV (`schedule.file=PATH`), chosen by content."""
     path = Path(path)
-    if not path.is_file():
-        raise ScheduleError(f"schedule.file {str(path)!r} does not exist; give a plan JSON or a torch CSV")
-    head = read_text(path, "schedule.file")[:64].lstrip()
+    regular_file(path, "schedule.file")
+    with open(path, "rb") as f:
+        head = f.read(64).decode("utf-8", errors="replace").lstrip()
     if path.suffix.lower() == ".json" or head.startswith("{"):
         return load_plan(path).table
     return read_csv(path, **csv_kwargs)

@@ -158,6 +158,9 @@ def dispatch(cfg: DictConfig, out_dir: Path, console: Console | None = None) -> 
                 else f"mode={config.mode}"
             raise OctoPipeError(f"{what} is not available in this version") from e
         raise
+    if not callable(getattr(module, "run", None)):
+        raise ConfigError(f"experiment.driver={target}: the module has no run(inputs) function; give a module "
+                          f"whose run(inputs) returns a Result (e.g. octopipe.experiments.tabular)")
     inputs = Inputs(config, interactive=console.is_terminal,
                     progress=lambda line: console.print(f"[dim]{line}[/dim]"), run_dir=out_dir)
     return publish(module.run(inputs), config.mode, out_dir, console)

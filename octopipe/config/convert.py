@@ -111,6 +111,9 @@ def value_of(tp: Any, value: Any, name: str, bounds: Bounds = Bounds()) -> Any:
             raise ConfigError(f"{name}={value!r}: must be a list, e.g. {name}=[...]")
         if origin is tuple and len(args) == 2 and args[1] is not Ellipsis:
             raise TypeError(f"config field {name}: use tuple[X, ...], not {tp!r}")
+        if len(value) < bounds.min_items:
+            raise ConfigError(f"{name}={list(value)!r}: give at least {bounds.min_items} item"
+                              f"{'s' if bounds.min_items > 1 else ''}")
         item = args[0] if args else Any
         out = [value_of(item, v, f"{name}[{i}]", bounds) for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
@@ -138,7 +141,10 @@ def _number(value: Any, name: str, bounds: Bounds) -> float:
     x = float(value)
     if math.isnan(x):
         raise ConfigError(f"{name}=nan: must be a number {bounds.text()}")
-    if not bounds.holds(x) or (math.isinf(x) and not _allows_inf(bounds, x)):
+    if math.isinf(x) and not _allows_inf(bounds, x):
+        raise ConfigError(f"{name}={value!r}: must be a finite number {bounds.text()} (a value beyond "
+                          f"about 1.8e308 reads as inf)")
+    if not bounds.holds(x):
         raise ConfigError(f"{name}={value!r}: out of range; valid: {bounds.text()}")
     return x
 

@@ -54,8 +54,8 @@ class OctoPipeAuthorsExperiment(ExperimentConfig):
     """experiment=octopipe_authors: head-to-head on the OctoPipe authors' profiles."""
 
     profiles: tuple[str, ...] = setting(REQUIRED, "shipped profiles (cost.preset names)")
-    devices: tuple[int, ...] = setting(REQUIRED, "pipeline device counts", ge=1)
-    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1)
+    devices: tuple[int, ...] = setting(REQUIRED, "pipeline device counts", ge=1, min_items=1)
+    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1, min_items=1)
     comm: tuple[Literal["free", "node"], ...] = setting(
         REQUIRED, "free: transfers cost nothing (the authors' tool) | node: the node's link")
     interleaved_chunks: int = setting(2, "chunks per device of the interleaved baseline", ge=1)
@@ -91,11 +91,11 @@ class Steps:
 class TabularExperiment(ExperimentConfig):
     """experiment=tabular: the tabular-abstraction study on OctoPipe's three levels."""
 
-    stages: tuple[int, ...] = setting(REQUIRED, "stage counts", ge=1)
-    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1)
+    stages: tuple[int, ...] = setting(REQUIRED, "stage counts", ge=1, min_items=1)
+    microbatches: tuple[int, ...] = setting(REQUIRED, "micro-batch counts", ge=1, min_items=1)
     global_batch: int = setting(REQUIRED, "sequences per iteration, fixed", ge=1)
-    schedules: tuple[str, ...] = setting(REQUIRED, "schedules of the grid")
-    hanayo_at: tuple[int, ...] = setting(REQUIRED, "(stages, micro-batches) of Hanayo", ge=1)
+    schedules: tuple[str, ...] = setting(REQUIRED, "schedules of the grid", min_items=1)
+    hanayo_at: tuple[int, ...] = setting(REQUIRED, "(stages, micro-batches) of Hanayo", ge=1, min_items=2)
     hanayo_chunks: tuple[int, ...] = setting(REQUIRED, "chunks per device: 2 = one wave, 4 = two",
                                              ge=1)
     baseline: TabularBaseline = setting(REQUIRED, "the device and network of the study")
@@ -133,7 +133,7 @@ class LayoutCase:
 class LayoutsExperiment(ExperimentConfig):
     """experiment=layouts: mode=layout's choice against hand layouts and exhaustive search."""
 
-    cases: tuple[LayoutCase, ...] = setting(REQUIRED, "the cases")
+    cases: tuple[LayoutCase, ...] = setting(REQUIRED, "the cases", min_items=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +141,7 @@ class PipeDreamExperiment(ExperimentConfig):
     """experiment=pipedream: PD, RPD, LocalSGD and synchronous 1F1B at equal time budgets
     (Ilin & Richtárik 2026)."""
 
-    objectives: tuple[str, ...] = setting(REQUIRED, "quadratic | logistic | char_lm")
+    objectives: tuple[str, ...] = setting(REQUIRED, "quadratic | logistic | char_lm", min_items=1)
     stages: tuple[int, ...] = setting(REQUIRED, "stage counts S of the numpy objectives", ge=2)
     lm_stages: tuple[int, ...] = setting(REQUIRED, "stage counts S of char_lm (a layer per stage)",
                                          ge=2)

@@ -19,6 +19,7 @@ class Bounds:
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    min_items: int = 0              # a list field: the fewest items it may hold
 
     def holds(self, x: float) -> bool:
         return ((self.ge is None or x >= self.ge) and (self.gt is None or x > self.gt)
@@ -26,8 +27,8 @@ class Bounds:
 
     def text(self) -> str:
         """'>= 1', '> 0 and <= 1', ... for error messages."""
-        parts = [f"{op} {v:g}" for op, v in ((">=", self.ge), (">", self.gt), ("<=", self.le),
-                                             ("<", self.lt)) if v is not None]
+        parts = [f"{op} {v if isinstance(v, int) else format(v, 'g')}"
+                 for op, v in ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt)) if v is not None]
         return " and ".join(parts) or "any number"
 
 
@@ -36,11 +37,12 @@ REQUIRED: Any = dataclasses.MISSING
 
 
 def setting(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, lt: float | None = None) -> Any:
-    """A dataclass field with its default (or REQUIRED), its doc and (for numbers) its valid range.
+            le: float | None = None, lt: float | None = None, min_items: int = 0) -> Any:
+    """A dataclass field with its default (or REQUIRED), its doc, (for numbers) its valid range
+    and (for lists) the fewest items it may hold.
 
     Mutable defaults (lists, dicts, dataclass instances) are copied per instance."""
-    meta = {"doc": doc, "bounds": Bounds(ge, gt, le, lt)}
+    meta = {"doc": doc, "bounds": Bounds(ge, gt, le, lt, min_items)}
     if default is REQUIRED:
         return dataclasses.field(metadata=meta)
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):

@@ -21,10 +21,10 @@ class LayoutConfig:
     tp: int | None = setting(None, "pin the tensor-parallel degree; null: search it", ge=1)
     pp: int | None = setting(None, "pin the pipeline-parallel degree; null: search it", ge=1)
     dp: int | None = setting(None, "pin the data-parallel degree; null: search it", ge=1)
-    micro_batch_sizes: tuple[int, ...] = setting((1, 2, 4), "micro-batch sizes to try", ge=1)
+    micro_batch_sizes: tuple[int, ...] = setting((1, 2, 4), "micro-batch sizes to try", ge=1, min_items=1)
     recompute: tuple[Recompute, ...] = setting(
         ("none", "selective", "full"), "recomputation levels a stage may use (chosen per stage "
-                                       "under memory)")
+                                       "under memory)", min_items=1)
     zero: int = setting(1, "ZeRO stage of the data-parallel optimizer (0, 1, 2)", ge=0, le=2)
     sequence_parallel: bool = setting(True, "Megatron sequence parallelism with TP")
     tp_overlap: bool = setting(False, "TP collectives overlap compute")

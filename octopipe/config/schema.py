@@ -32,7 +32,7 @@ class Config:
     chunks: int | None = setting(None, "stages per device; null: the schedule's natural count "
                                        "(1, or 2 for V/interleaved)", ge=1)
     microbatches: int = setting(16, "micro-batches per iteration", ge=1)
-    seed: int = setting(0, "every random choice follows it", ge=0)
+    seed: int = setting(0, "every random choice follows it", ge=0, lt=2 ** 63)
     sim: SimConfig = setting(SimConfig(), "the simulator")
     layout: LayoutConfig = setting(LayoutConfig(), "mode=layout's search (tp x pp x dp x "
                                                    "micro-batching x recompute)")

@@ -14,6 +14,8 @@ class TrainConfig:
 
     corpus: str = setting("", "a text file or a directory of them (byte-level tokens); \"\": the "
                               "Python standard library's pydoc_data help topics (no download)")
+    max_corpus_mb: float = setting(256.0, "the largest corpus read (megabytes in all), checked before reading",
+                                   gt=0)
     tokenizer: Literal["byte", "bpe"] = setting(
         "byte", "byte: UTF-8 bytes (vocabulary 256) | bpe: a byte-level BPE trained on the corpus to "
                 "the model's vocabulary (the tokenizers package)")

@@ -183,6 +183,9 @@ def run(inputs: Inputs) -> Result:
     if not isinstance(exp, AblationExperiment):
         raise ConfigError(f"the ablation driver runs experiment=ablation, not "
                           f"experiment={getattr(exp, 'name', None)}")
+    if not exp.models and not exp.profiles:
+        raise ConfigError("experiment.models and experiment.profiles are both empty: the ablation would run "
+                          "nothing; name at least one model preset or profile")
     t0 = time.perf_counter()
     rows: list[Row] = []
     for w in track_cases(workloads(exp, inputs), "ablation", describe=lambda w: w.name):

@@ -33,7 +33,7 @@ from octopipe.plan import partition_from_sizes
 from octopipe.progress import track_cases
 from octopipe.report.figures import pyplot, save
 from octopipe.schedule.idealized import idealize
-from octopipe.schedule.library import bubble_ratio, build_schedule
+from octopipe.schedule.library import SCHEDULES, bubble_ratio, build_schedule
 from octopipe.sim.durations import bind
 from octopipe.sim.engine import run_strict
 from octopipe.sim.simulator import Simulator, result_of
@@ -73,6 +73,10 @@ def run(inputs: Inputs) -> Result:
     gbs = int(ex.global_batch)
     points: list[dict] = []
     static_of: dict[tuple[str, int], float] = {}
+    for k, name in enumerate(ex.schedules):
+        if name not in SCHEDULES:
+            raise ConfigError(f"experiment.schedules[{k}]={name}: unknown schedule; valid: "
+                              f"{', '.join(sorted(SCHEDULES))}")
     cases = [(int(s), int(b), str(name), str(name), None)
              for s in ex.stages for b in ex.microbatches for name in ex.schedules]
     hs, hb = (int(x) for x in ex.hanayo_at)

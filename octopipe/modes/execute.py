@@ -33,7 +33,7 @@ from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import json_artifact, plan_artifacts
 from octopipe.modes.inputs import Inputs, splitter_for
 from octopipe.modes.mode_result import Result
-from octopipe.modes.simulate import schedule_from_cfg
+from octopipe.modes.simulate import check_devices, check_file_work, schedule_from_cfg
 from octopipe.plan import Plan, plan_model
 from octopipe.plan_io import load_plan
 from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
@@ -136,12 +136,15 @@ def _plans(inputs: Inputs, model: ModelSpec, costs: CostTable, cluster: Cluster)
                               cluster.name, plan.meta, plan.pieces))
             continue
         if path and Path(path).suffix.lower() == ".json":     # keep its meta (pieces)
+            check_file_work(cfg, Path(path))
             plan = load_plan(Path(path))
+            check_devices(sub, plan.table)
             plan_model(model, plan)
             plans.append(Plan(plan.partition, plan.table, model.name, cluster.name,
                               {**plan.meta, "source": f"schedule.file={path}"}, plan.pieces))
             continue
         table, partition = schedule_from_cfg(sub, model.n_layers)
+        check_devices(sub, table)
         refuse_flushing(table.name, "mode=execute")   # an asynchronous table never runs with a silent flush
         plans.append(Plan(partition, table, model.name, cluster.name, {"source": "mode=execute"}))
     return plans

@@ -21,6 +21,7 @@ from octopipe.asynchronous import simulated as asim
 from octopipe.config.schema import Config
 from octopipe.config.sim import SimConfig
 from octopipe.errors import ConfigError
+from octopipe.io import regular_file
 from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, table_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
@@ -48,11 +49,24 @@ def run_options(sim: SimConfig) -> dict:
     return {"policy": policy, "semantics": sim.semantics, "check_memory": sim.check_memory}
 
 
+def check_file_work(cfg: Config, path: Path) -> None:
+    """Refuse, before reading it, a schedule.file whose size implies more than `sim.max_actions`
+    actions (reading and checking a table grow with it): a CSV cell takes about 6 bytes
+    (`12F34,`), a plan JSON's about 10."""
+    size = regular_file(path, "schedule.file")
+    actions = size // (10 if path.suffix.lower() == ".json" else 6)
+    if actions > cfg.sim.max_actions:
+        raise ConfigError(f"schedule.file={str(path)!r}: {size / 1e6:.2f} MB, about {actions:,} actions, above "
+                          f"sim.max_actions={cfg.sim.max_actions:,}; reading and checking it grow with it: give a "
+                          f"smaller table or set sim.max_actions={actions} to go on")
+
+
 def plan_file(cfg: Config) -> Plan | None:
     """The plan JSON `schedule.file` names (None for a named schedule or a CSV)."""
     path = cfg.schedule.file
     if not path or Path(path).suffix.lower() != ".json":
         return None
+    check_file_work(cfg, Path(path))
     return load_plan(Path(path))
 
 
@@ -67,6 +81,7 @@ def schedule_from_cfg(cfg: Config, n_layers: int) -> tuple[ScheduleTable, tuple[
     path = cfg.schedule.file
     if path:
         p = Path(path)
+        check_file_work(cfg, p)
         if p.suffix.lower() == ".json":
             plan = load_plan(p)
             if plan.n_layers != n_layers:

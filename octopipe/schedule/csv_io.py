@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from octopipe.errors import ScheduleError
-from octopipe.io import read_text
+from octopipe.io import read_text, regular_file
 from octopipe.schedule.action import Action
 from octopipe.schedule.lower import lower, validate_lowered
 from octopipe.schedule.table import ScheduleTable
@@ -164,8 +164,24 @@ def infer_placement(rows: Sequence[Sequence[Action | None]], n_stages: int | Non
 
 
 def _out_of_range(index: int, present: set[int], limit: int) -> bool:
-    """Whether `index` lies beyond `limit`, or beyond a gap (indices below it that no cell names)."""
-    return index >= limit or any(i not in present for i in range(index))
+    """Whether `index` lies beyond `limit`, or beyond a gap (indices below it that no cell names);
+    work bounded by the cells, never by the index (a cell may name stage 10**20)."""
+    return index >= limit or sum(1 for i in present if i < index) < index
+
+
+def _gap(present: set[int], bound: int) -> tuple[int, int] | None:
+    """The first and the last index below `bound` that no cell names (None: no gap), found from
+    the named indices alone."""
+    named = sorted(i for i in present if 0 <= i < bound)
+    first = next((k for k, i in enumerate(named) if i != k), len(named))
+    if first >= bound:
+        return None
+    last = bound - 1
+    for i in reversed(named):
+        if i != last:
+            break
+        last -= 1
+    return first, last
 
 
 def _check_indices(rows: Sequence[Sequence[Action | None]], dev: dict[tuple[int, int], int], n_s: int,
@@ -184,9 +200,9 @@ def _check_indices(rows: Sequence[Sequence[Action | None]], dev: dict[tuple[int,
                 known = sorted(i for i in present if i < index and i < limit)
                 span = f"0..{known[-1]}" if known else "none"
                 many = "stages" if what == "stage" else "micro-batches"
-                missing = [i for i in range(min(index, limit)) if i not in present]
-                why = (f"the table has {limit} {many}" if not missing else f"no cell names {what} "
-                       f"{missing[0]}" + (f"..{missing[-1]}" if len(missing) > 1 else ""))
+                gap = _gap(present, min(index, limit))
+                why = (f"the table has {limit} {many}" if gap is None else f"no cell names {what} "
+                       f"{gap[0]}" + (f"..{gap[1]}" if gap[1] > gap[0] else ""))
                 raise ScheduleError(f"{source}: row {d} (rank {d}), column {c}, cell {str(a)!r}: {what} "
                                     f"{index} is out of range ({why}; its {many} are {span}); fix "
                                     f"the cell\n{_marked_rows(rows, (d, c))}")
@@ -232,8 +248,7 @@ def read_csv_text(text: str, *, format: CsvFormat | None = None, placement: Sequ
 def read_csv(path: str | Path, **kwargs) -> ScheduleTable:
     """Read a torch CSV file; keyword arguments as in `read_csv_text`."""
     path = Path(path)
-    if not path.is_file():
-        raise ScheduleError(f"schedule CSV {str(path)!r} does not exist")
+    regular_file(path, "schedule.file")
     kwargs.setdefault("name", path.stem)
     return read_csv_text(read_text(path, "schedule.file"), source=str(path), **kwargs)
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from octopipe.errors import ConfigError
+from octopipe.io import regular_file
 
 BYTE_VOCAB = 256
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".json", ".csv", ".html", ".tex", "")
@@ -27,7 +28,8 @@ def default_corpus_text() -> str:
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
-def _read_text(path: Path) -> bytes:
+def _read_text(path: Path, max_bytes: int) -> bytes:
+    regular_file(path, "train.corpus", max_bytes, "train.max_corpus_mb")
     data = path.read_bytes()
     if b"\x00" in data[:65536]:
         raise ConfigError(f"train.corpus={path}: a binary file (NUL bytes); give a text file")
@@ -38,24 +40,29 @@ def _read_text(path: Path) -> bytes:
     return data
 
 
-def load_corpus(corpus: str) -> np.ndarray:
+def load_corpus(corpus: str, max_mb: float = 256.0) -> np.ndarray:
     """The corpus as uint8 byte tokens: "" = the default (pydoc_data's topics), a text file, or
     every text file below a directory in sorted order. ConfigError for a path that does not
-    exist, is empty or binary."""
+    exist, is no regular file (a FIFO, a device), is larger than `max_mb` megabytes in all, is
+    empty or binary: checked before anything is read."""
+    limit = int(max_mb * 1e6)
     if not corpus:
         data = default_corpus_text().encode("utf-8")
     else:
         path = Path(corpus).expanduser()
-        if not path.exists():
-            raise ConfigError(f"train.corpus={corpus}: no such file or directory")
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
             if not files:
                 raise ConfigError(f"train.corpus={corpus}: the directory holds no text files")
-            data = b"\n".join(_read_text(p) for p in files)
+            total = sum(p.stat().st_size for p in files)
+            if total > limit:
+                raise ConfigError(f"train.corpus={corpus}: {total / 1e6:.1f} MB of text files, above the "
+                                  f"{max_mb:g} MB limit (train.max_corpus_mb); give less text or raise "
+                                  f"train.max_corpus_mb")
+            data = b"\n".join(_read_text(p, limit) for p in files)
         else:
-            data = _read_text(path)
+            data = _read_text(path, limit)
     if not data.strip():
         raise ConfigError(f"train.corpus={corpus or '(default)'}: empty")
     return np.frombuffer(data, dtype=np.uint8).copy()

@@ -104,7 +104,7 @@ def _shape(blocks) -> tuple[int, int, int]:
 
 def batches_for(cfg: Config, blocks) -> TokenBatches:
     seq, mbs, vocab = _shape(blocks)
-    tokens = tokenize(load_corpus(cfg.train.corpus), cfg.train.tokenizer, vocab)
+    tokens = tokenize(load_corpus(cfg.train.corpus, cfg.train.max_corpus_mb), cfg.train.tokenizer, vocab)
     return TokenBatches(tokens, seq, mbs, cfg.seed)
 
 
