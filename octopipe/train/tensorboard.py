@@ -22,7 +22,7 @@ class ScalarLog:
 
     def __init__(self, directory: Path) -> None:
         check_available()
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # needs the optional tensorboard package
         self.writer = SummaryWriter(log_dir=str(directory))
 
     def step(self, r: dict) -> None:
