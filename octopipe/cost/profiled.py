@@ -71,11 +71,14 @@ def time_block(layer, x_in: torch.Tensor | None, batch: dict, device: torch.devi
             stage_backward_weight(iter(params), groups)
         else:
             tick()
-            torch.autograd.grad(out, params, g, allow_unused=True)
+            if params:      # a first block without parameters (a one-hot) has no backward to time
+                torch.autograd.grad(out, params, g, allow_unused=True)
         tick()
         out = layer(x, batch)
         tick()
-        torch.autograd.grad(out, ([x] if x is not None else []) + params, g, allow_unused=True)
+        inputs = ([x] if x is not None else []) + params
+        if inputs and out.requires_grad:
+            torch.autograd.grad(out, inputs, g, allow_unused=True)
         tick()
         if r >= warmup:
             c = clock

@@ -51,11 +51,18 @@ def _import_file(path: Path) -> Any:
     folder = str(path.resolve().parent)
     if folder not in sys.path:      # as `python path/model.py` would: modules beside it import
         sys.path.insert(0, folder)
+    argv, sys.argv = sys.argv, [str(path)]     # an argparse at import sees its own file, not ours
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:     # a script's sys.exit or argparse at import: it must not end the run
+        del sys.modules[name]
+        raise ConfigError(f"model.factory: importing {path} called sys.exit({e.code!r}); keep script code "
+                          f"under if __name__ == '__main__'") from None
     except Exception as e:  # the user's file: any error it raises is reported in one line
         del sys.modules[name]
         raise ConfigError(f"model.factory: importing {path} failed: {type(e).__name__}: {e}") from e
+    finally:
+        sys.argv = argv
     return module
 
 
@@ -75,6 +82,9 @@ def load_factory(ref: str) -> tuple[Callable[..., Any], Any]:
     else:
         try:
             module = importlib.import_module(where)
+        except SystemExit as e:     # a script's sys.exit at import: it must not end the run
+            raise ConfigError(f"model.factory={ref!r}: importing {where} called sys.exit({e.code!r}); keep "
+                              f"script code under if __name__ == '__main__'") from None
         except Exception as e:  # the user's package: any import error is reported in one line
             raise ConfigError(f"model.factory={ref!r}: module {where} does not import: "
                               f"{type(e).__name__}: {e}") from e
@@ -158,6 +168,9 @@ class UserBlocks:
                     kwargs.setdefault("vocab", self.vocab)
                 try:
                     made = fn(**kwargs)
+                except SystemExit as e:     # the factory must return blocks, not end the run
+                    raise ConfigError(f"model.factory={self.factory!r} called sys.exit({e.code!r}); a "
+                                      f"factory returns its blocks") from None
                 except Exception as e:  # the user's factory: any error is reported in one line
                     raise ConfigError(f"model.factory={self.factory!r} raised {type(e).__name__}: {e}") from e
             loss = getattr(module, "loss_fn", None)
@@ -198,6 +211,19 @@ def _run_block(ref: str, j: int, block: nn.Module, x: torch.Tensor, what: str) -
                           f"{type(e).__name__}: {first}") from e
 
 
+def _check_seeded(blocks: UserBlocks, raw: list[nn.Module], seed: int) -> None:
+    """A second call of the factory under the same seed builds the same weights: every rank
+    builds its blocks with it, so a factory that reseeds (or draws from elsewhere) would start
+    each rank from different weights. ConfigError naming the first block that differs."""
+    again, _ = blocks.fresh(seed)
+    for j, (a, b) in enumerate(zip(raw, again)):
+        sa, sb = a.state_dict(), b.state_dict()
+        if sa.keys() != sb.keys() or any(not torch.equal(sa[k], sb[k]) for k in sa):
+            raise ConfigError(f"model.factory={blocks.factory!r}: two calls under seed {seed} build different "
+                              f"weights in block {block_name(a, j)}; build the model from torch's generator "
+                              f"(the factory runs under torch.manual_seed(seed)) without reseeding it")
+
+
 def check_blocks(blocks: UserBlocks, seed: int = 0) -> UserBlocks:
     """`blocks` with their names and carry shapes, after a tiny batch (2 x min(seq, 8) tokens)
     and then one micro-batch of the training shape went through them: the first must take int64
@@ -218,6 +244,10 @@ def check_blocks(blocks: UserBlocks, seed: int = 0) -> UserBlocks:
                 if not isinstance(x, torch.Tensor):
                     raise ConfigError(f"model.factory={ref!r}: block {block_name(block, j)} returned "
                                       f"{type(x).__name__}; a block returns one tensor")
+                if j < len(raw) - 1 and x.dtype != torch.float32:
+                    raise ConfigError(f"model.factory={ref!r}: block {block_name(block, j)} hands on a "
+                                      f"{str(x.dtype).replace('torch.', '')} tensor; stages exchange float32 "
+                                      f"activations: return x.float() (bf16 compute: train.precision=bf16)")
                 out.append(tuple(x.shape))
         if tuple(x.shape) != (b, s, blocks.vocab):
             raise ConfigError(f"model.factory={ref!r}: the last block {block_name(raw[-1], len(raw) - 1)} "
@@ -227,6 +257,7 @@ def check_blocks(blocks: UserBlocks, seed: int = 0) -> UserBlocks:
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise ConfigError(f"model.factory={ref!r}: loss_fn must return a scalar tensor")
         shapes = tuple(out[:-1]) + ((),)
+    _check_seeded(blocks, raw, seed)
     names = tuple(block_name(b, j) for j, b in enumerate(raw))
     return UserBlocks(blocks.factory, blocks.seq_len, blocks.micro_batch_size, blocks.vocab,
                       blocks.kwargs, shapes, names)
