@@ -198,6 +198,7 @@ def stops_cleanly() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C: no traceback on the way out
         print("octopipe: interrupted", file=sys.stderr)
         sys.exit(130)
     except Terminated as t:

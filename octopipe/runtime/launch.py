@@ -11,15 +11,18 @@ launcher and the temporary directory goes with them (`lifeline`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +79,39 @@ def check_job(model: Layers | None, partition, table: ScheduleTable) -> Schedule
     return compute
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[bool]]:
+    """Hold Ctrl-C (SIGINT) back for the block, then deliver it. While held, SIGINT is blocked in
+    this thread, so processes started here inherit it blocked and never raise KeyboardInterrupt
+    (the launcher stops them); one arriving in another thread only raises a flag, which the
+    block sees in the list it is given (non-empty: interrupted) to stop early. Off the main
+    thread (where no handler can be set) the block runs as it is."""
+    hit: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hit
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: hit.append(True))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield hit
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, previous)
+    if hit and previous is not signal.SIG_IGN:
+        raise KeyboardInterrupt
+
+
 def process_context():
-    """The forkserver that starts ranks; it has imported torch already, so ranks start fast."""
+    """The forkserver that starts ranks; it has imported torch already, so ranks start fast. It
+    starts with SIGINT blocked, so a Ctrl-C at the terminal reaches only the launcher, which
+    stops the ranks itself (no traceback from a half-started process)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed", "torch.optim", "torch._dynamo",
                                 "octopipe.runtime.worker", "octopipe.runtime.lifeline"])
+    with interrupts_held():     # it (and the resource tracker), and every rank it forks, ignore Ctrl-C
+        resource_tracker.ensure_running()       # which unblocks SIGINT once it has started: block again
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        forkserver.ensure_running()
     return ctx
 
 
@@ -364,18 +395,25 @@ def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: 
     every launch (`launch`, torch's runtime in `train.torch_runtime`)."""
     world = table.n_devices if world is None else world
     ctx = process_context()
-    control = Control(world, ctx)
-    procs = [ctx.Process(target=target, args=(r, payload, control), name=f"octopipe-rank{r}")
-             for r in range(world)]
-    for p in procs:
-        p.start()
+    procs: list = []
     try:
+        with interrupts_held() as interrupted:     # ranks start deaf to Ctrl-C; the launcher stops them
+            control = Control(world, ctx)
+            procs = [ctx.Process(target=target, args=(r, payload, control), name=f"octopipe-rank{r}")
+                     for r in range(world)]
+            for p in procs:
+                if interrupted:
+                    break
+                p.start()
         _watch(procs, control, table, timeout_s, stall_s)
     finally:
-        for p in procs:
-            if p.exitcode is None:
-                p.kill()
-            p.join(timeout=5)
+        with interrupts_held():     # a second Ctrl-C must not cut the clean-up short
+            for p in procs:
+                if p.pid is not None and p.exitcode is None:
+                    p.kill()
+            for p in procs:
+                if p.pid is not None:
+                    p.join(timeout=5)
 
 
 def _gather(docs: list[dict], table: ScheduleTable, iterations: int) -> ExecutionResult:

@@ -49,12 +49,16 @@ def measure_loopback(repeats: int = 20, cache: Path | None = None) -> Link:
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"octopipe-pingpong-{os.getpid()}.json"
     ctx, port = process_context(), free_port()
     procs = [ctx.Process(target=_pingpong, args=(r, port, repeats, str(tmp))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        if p.exitcode is None:
-            p.kill()
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+    finally:            # also on Ctrl-C: no ping-pong process outlives the launcher's wait
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                p.kill()
+                p.join(timeout=5)
     if any(p.exitcode != 0 for p in procs) or not tmp.exists():
         raise RuntimeExecutionError("the loopback ping-pong between two gloo ranks failed; check that "
                                     "127.0.0.1 accepts local TCP connections")
