@@ -8,7 +8,7 @@ from hand_tables import one_f_one_b
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 from torch.distributed.pipelining.stage import PipelineStage
 
-from octopipe.errors import ScheduleError
+from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.action import Action, B, F
 from octopipe.schedule.csv_io import read_csv, read_csv_text, to_csv_text, write_csv
 from octopipe.schedule.library import SCHEDULES, build_schedule
@@ -142,7 +142,7 @@ def test_format_mismatch_and_bad_format_are_refused(tmp_path):
         read_csv_text(lowered, format="compute_only")
     with pytest.raises(ScheduleError, match="CSV format 'comms' is unknown"):
         to_csv_text(one_f_one_b(2, 1), "comms")  # type: ignore[arg-type]
-    with pytest.raises(ScheduleError, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist"):
         read_csv(tmp_path / "nope.csv")
 
 

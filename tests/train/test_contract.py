@@ -92,7 +92,7 @@ def test_example_factory_by_module_path_and_seeded_weights():
 
 
 def test_corpus_errors(tmp_path):
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_corpus(str(tmp_path / "nope.txt"))
     (tmp_path / "empty.txt").write_text("  \n")
     with pytest.raises(ConfigError, match="empty"):
