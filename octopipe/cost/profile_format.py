@@ -199,6 +199,10 @@ def parse_csv(text: str, origin: str = "<csv>") -> Profile:
         raise ConfigError(f"{origin}: no header row; the first row must name the columns "
                           f"(label,f_ms,b_ms,...)")
     header = [h.strip() for h in rows[0]]
+    twice = next((h for k, h in enumerate(header) if h in header[:k]), None)
+    if twice is not None:
+        raise ConfigError(f"{origin}: the header names column {twice} twice (columns {header.index(twice)} and "
+                          f"{header.index(twice, header.index(twice) + 1)}); keep one")
     known = {"layer", "label", *TIME_FIELDS, *BYTE_FIELDS}
     unknown = [h for h in header if h not in known]
     if unknown:

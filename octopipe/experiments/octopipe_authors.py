@@ -35,7 +35,7 @@ from octopipe.config.experiment import AuthorsReference, NodeSpec, OctoPipeAutho
 from octopipe.config.solver import SolverConfig
 from octopipe.config.tuner import TunerConfig
 from octopipe.cost.from_file import ProfileOptions, describe, label_parts, profile_cost_table, type_means
-from octopipe.cost.profile_format import DEFAULT_LABEL_KINDS, load_preset
+from octopipe.cost.profile_format import DEFAULT_LABEL_KINDS, load_preset, profile_presets
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
@@ -317,6 +317,10 @@ def run(inputs: Inputs) -> Result:
     if not isinstance(exp, OctoPipeAuthorsExperiment):
         raise ConfigError(f"the octopipe_authors driver runs experiment=octopipe_authors, not "
                           f"experiment={getattr(exp, 'name', None)}")
+    for k, name in enumerate(exp.profiles):
+        if name not in profile_presets():
+            raise ConfigError(f"experiment.profiles[{k}]={name}: not a shipped profile; valid: "
+                              f"{', '.join(profile_presets())}")
     cost_opts = ProfileOptions.of(cfg.cost)
     with case_progress(len(cases(exp)), "octopipe_authors", on_case=None if inputs.interactive else
                        (lambda done, total, label: inputs.progress(f"case {label}"))) as step:

@@ -81,6 +81,7 @@ class Job:
     data: BatchSource | None = None       # real compute: the batches (None: synthetic tokens)
     autocast: str = ""                    # real compute: "" (fp32) | bfloat16 (forwards under autocast)
     init_method: str = ""                 # the process group's rendezvous ("": a free local port)
+    timeout_name: str = "runtime.timeout_s"   # the setting config.timeout_s came from (for messages)
 
     @property
     def total_iterations(self) -> int:

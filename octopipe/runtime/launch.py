@@ -141,7 +141,8 @@ class Stall:
     """Why the launcher stopped a run that was not failing: a stall, or the whole-run timeout."""
 
     seconds: float
-    timeout: float | None = None      # set when runtime.timeout_s ran out
+    timeout: float | None = None      # set when the run's time limit ran out
+    timeout_name: str = "runtime.timeout_s"   # the setting that gave it
     frozen_s: float = 1.0             # a heartbeat older than this means a frozen process
 
 
@@ -212,7 +213,7 @@ def _stall_error(control, table, procs, clocks: Clocks, stall: Stall) -> Runtime
         blame = "every rank finished its row but the run did not end"
     positions = "\n  ".join(_where(control, table, q) + (f" [{frozen[q]}]" if q in frozen else "")
                             for q in range(len(procs)))
-    what = (f"the run exceeded runtime.timeout_s={stall.timeout:g}" if stall.timeout is not None
+    what = (f"the run exceeded {stall.timeout_name}={stall.timeout:g}" if stall.timeout is not None
             else f"no rank made progress for {stall.seconds:.0f}s")
     return RuntimeExecutionError(f"watchdog: {what}; {blame}; where each rank stands:\n  {positions}")
 
@@ -260,7 +261,8 @@ def _tick(control: Control, clocks: Clocks, snaps: list, now: float) -> list:
     return new
 
 
-def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stall_s: float) -> None:
+def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stall_s: float,
+           timeout_name: str = "runtime.timeout_s") -> None:
     start = time.monotonic()
     clocks = Clocks.start(len(procs), start)
     snaps = _tick(control, clocks, [None] * len(procs), start)
@@ -281,7 +283,8 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
         if now - last_move > stall_s:
             stall = Stall(now - last_move, frozen_s=max(min(stall_s / 2, 2.0), 0.5))
         elif now - start > timeout_s:
-            stall = Stall(now - last_move, timeout=timeout_s, frozen_s=max(min(stall_s / 2, 2.0), 0.5))
+            stall = Stall(now - last_move, timeout=timeout_s, frozen_s=max(min(stall_s / 2, 2.0), 0.5),
+                          timeout_name=timeout_name)
         if failures or any(c not in (None, 0) for c in codes) or stall is not None:
             err = _stall_error(control, table, procs, clocks, stall) if stall is not None else None
             control.abort()
@@ -360,7 +363,7 @@ def launch(job: Job, result_dir: str, program: RankProgram = run_iterations,
     rank = resolve(job, result_dir)
     target = partial(rank_entry, os.getpid(), result_dir, program)
     run_ranks(target, payload(rank), rank.table, job.config.timeout_s, job.config.stall_s,
-              world=rank.wiring.world)
+              world=rank.wiring.world, timeout_name=job.timeout_name)
     return rank.table
 
 
@@ -388,7 +391,7 @@ def execute(job: Job) -> ExecutionResult:
 
 
 def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: float,
-              world: int | None = None) -> None:
+              world: int | None = None, timeout_name: str = "runtime.timeout_s") -> None:
     """Start `target(rank, payload, control)` on `world` processes (default: a rank per row of
     `table`) and watch them until all exit (RuntimeExecutionError naming the failed or stalled
     rank otherwise); every process still running at the end is killed. The one process loop of
@@ -405,7 +408,7 @@ def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: 
                 if interrupted:
                     break
                 p.start()
-        _watch(procs, control, table, timeout_s, stall_s)
+        _watch(procs, control, table, timeout_s, stall_s, timeout_name)
     finally:
         with interrupts_held():     # a second Ctrl-C must not cut the clean-up short
             for p in procs:

@@ -191,6 +191,10 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
         note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
                                           f"partition (train.plan=tuned does not apply)") if x)
+    n_blocks = blocks.n_blocks if isinstance(blocks, UserBlocks) else blocks.model.n_layers
+    if cfg.train.pp > n_blocks:
+        raise ConfigError(f"train.pp={cfg.train.pp} exceeds the {n_blocks} blocks of {name} (a stage holds at "
+                          f"least one); set train.pp <= {n_blocks}")
     resumed: dict = {}
     if cfg.train.resume:      # verify the files, refuse another model's checkpoint before profiling
         progress(f"verifying the checkpoint {cfg.train.resume}")
@@ -306,7 +310,8 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
         weights = WeightStash(sched, s.optim.lr)
         batches = StreamBatches(s.batches, stream.microbatches, start)
     job = Job(plan, s.blocks, runtime, cfg.seed, weights=weights, data=batches,
-              autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method)
+              autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method,
+              timeout_name="train.timeout_s")
     spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every if checkpoints else 0,
                      str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
