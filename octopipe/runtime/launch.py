@@ -164,11 +164,14 @@ def _row(control: Control, table: ScheduleTable, rank: int) -> tuple:
 
 
 def _action_of(control: Control, table: ScheduleTable, rank: int) -> str:
+    """Where a rank stands, to follow "at": its cell (waiting for its inputs, or running it), or
+    the end of an iteration."""
     it, _done, idx, waiting, _ = control.status(rank)
     row = _row(control, table, rank)
     if not 0 <= idx < len(row):
         return f"the end of iteration {it} (its row done)"
-    return f"{'waiting for ' if waiting else ''}{row[idx]} (iteration {it}, position {idx + 1}/{len(row)} in its row)"
+    return (f"{row[idx]} (iteration {it}, position {idx + 1}/{len(row)} in its row"
+            f"{', waiting for its inputs' if waiting else ''})")
 
 
 def _proc_state(pid: int | None) -> str:

@@ -28,8 +28,9 @@ def bpe_tokens(data: np.ndarray, vocab: int) -> np.ndarray:
     Tokenizer, models, pre_tokenizers, trainers = tk.Tokenizer, tk.models, tk.pre_tokenizers, tk.trainers
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab < len(alphabet) + 1:
-        raise ConfigError(f"train.tokenizer=bpe: model vocab={vocab} is below the {len(alphabet)} byte "
-                          f"symbols a byte-level BPE starts from")
+        raise ConfigError(f"train.tokenizer=bpe: model.vocab={vocab} leaves no room for merges: a byte-level BPE "
+                          f"starts from {len(alphabet)} byte symbols; set model.vocab above {len(alphabet)} "
+                          f"(e.g. 512)")
     text = bytes(data).decode("utf-8")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
