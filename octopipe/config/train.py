@@ -51,4 +51,7 @@ class TrainConfig:
                                            "the largest relative loss and weight difference")
     tune_s: float = setting(10.0, "wall-clock safety cap of the tuner for the training plan "
                                   "(its budget is tuner.max_evaluations)", gt=0)
-    timeout_s: float = setting(1800.0, "the whole training launch", gt=0)
+    timeout_s: float = setting(1800.0, "the whole training launch; a run predicted to take longer is refused "
+                                       "before it starts", gt=0)
+    max_profile_s: float = setting(600.0, "refuse a model whose profiling on this machine is estimated longer",
+                                   gt=0)

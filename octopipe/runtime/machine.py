@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -85,7 +86,12 @@ def local_device_kind(device: str = "cpu") -> DeviceKind:
 
 def local_cluster(n: int, link: Link, like: Cluster | None = None) -> Cluster:
     """`n` pipeline ranks on this machine, every pair joined by `link`; with `like`, the ranks
-    keep that cluster's device kinds (emulating a heterogeneous cluster's compute)."""
+    keep that cluster's device kinds (emulating a heterogeneous cluster's compute). CPU ranks
+    share the machine's memory: each gets an n-th of 80% of it (the rest for the processes
+    themselves), so a plan that fits its devices fits the machine."""
     if like is not None:
         return Cluster(f"{like.name}@local", like.kinds, like.device_kind[:n], (0,) * n, link, link)
-    return Cluster(f"local{n}", (local_device_kind(),), (0,) * n, (0,) * n, link, link)
+    kind = local_device_kind()
+    if kind.name == "local-cpu":
+        kind = replace(kind, memory_bytes=0.8 * kind.memory_bytes / max(1, n))
+    return Cluster(f"local{n}", (kind,), (0,) * n, (0,) * n, link, link)

@@ -35,7 +35,7 @@ from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
-from octopipe.train import checkpoint
+from octopipe.train import checkpoint, work
 from octopipe.train.checkpoint import fingerprint
 from octopipe.train.checkpoint_dir import Claim, claim
 from octopipe.train.data import TokenBatches, load_corpus
@@ -204,12 +204,19 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
             note = " ".join(x for x in (note, f"{cfg.train.resume} was written without checksums (an older "
                                               f"OctoPipe): its files are not verified") if x)
     check_async(cfg, resumed.get("step", 0))     # what a stream cannot checkpoint, before profiling
+    params = unique_parameters(blocks.raw(cfg.seed)[0]) if isinstance(blocks, UserBlocks) else \
+        model_params(blocks.model)
+    work.check_memory(name, params)
     batches = batches_for(cfg, blocks)
     cluster = train_cluster(cfg)
-    progress(f"profiling {name} on this machine")
+    seq, mbs, _ = _shape(blocks)
+    cost = profiled_cost(cfg)
+    work.check_profile(name, work.profile_seconds(params, seq * mbs, cost.warmup + cost.repeats, work.cpu_flops()),
+                       cfg.train.max_profile_s, progress)
     costs = costs_for(cfg, blocks, cluster)
-    progress(f"planning {name} on {cfg.train.pp} ranks")
+    progress(f"planning {name} on {cfg.train.pp} ranks (at most train.tune_s={cfg.train.tune_s:g} s)")
     plan = plan_for(cfg, blocks, costs, cluster, name)
+    work.check_training(cfg, plan, costs, cluster, progress)
     run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
     if cfg.train.resume:
         check_resume_tensors(cfg.train.resume, run_blocks, cfg.seed)
