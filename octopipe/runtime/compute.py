@@ -136,6 +136,8 @@ class RealCompute:
         params = self._params(stage, mb)
         wants_input = sv.x_in is not None and sv.x_in.requires_grad
         inputs = ([sv.x_in] if wants_input else []) + params
+        if not inputs or not sv.out.requires_grad:     # a first stage without parameters (a one-hot)
+            return None
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
         self._take(stage, mb, params, grads[1:] if wants_input else grads)
         return grads[0] if wants_input else None
@@ -153,7 +155,8 @@ class RealCompute:
         sv = self.saved.pop((stage, mb))
         params = self._params(stage, mb)
         if sv.x_in is None or not sv.x_in.requires_grad:
-            self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
+            if params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
+                self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
             stage_backward_weight(self._weight_iter(stage, mb), sv.param_groups)
             if self.weights is not None:
