@@ -9,7 +9,7 @@ import pytest
 
 from octopipe.cost.action_costs import action_costs
 from octopipe.cost.table import CostTable
-from octopipe.errors import ScheduleError
+from octopipe.errors import ConfigError, ScheduleError
 from octopipe.plan import Plan, uniform_partition
 from octopipe.plan_io import FORMAT_VERSION, load_plan, load_schedule_file, plan_from_doc, plan_to_doc, save_plan
 from octopipe.schedule.action import Action, B, F
@@ -104,7 +104,7 @@ def test_old_piece_provenance_keys_are_read_and_saved_under_the_new_names(tmp_pa
 
 
 def test_unreadable_files(tmp_path):
-    with pytest.raises(ScheduleError, match="does not exist"):
+    with pytest.raises(ConfigError, match="schedule.file=.*does not exist"):
         load_schedule_file(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
