@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from octopipe.config.tuner import LEVERS
-from octopipe.plan import Partition
-from octopipe.tune.candidate import Candidate
+from octopipe.plan import Partition, Plan
+from octopipe.schedule.library import build_schedule
+from octopipe.schedule.table import ScheduleTable
+from octopipe.tune.candidate import Candidate, Problem
 
 POLICY_FIELDS = ("split_backward", "inflight", "kind_rank", "f_tiebreak", "b_tiebreak", "w_pressure",
                  "warmup")
@@ -61,6 +65,33 @@ class Levers:
     def conforms(self, c: Candidate) -> bool:
         """Whether `c` already keeps every lever that is off at the reference's value."""
         return self.project(c) == c
+
+    def admits(self, problem: Problem, c: Candidate) -> bool:
+        """Whether `c` fits memory as S-1F1B runs it when the schedule lever is off: stage s of D
+        keeps min(D - s, M) micro-batches' activations (the 1F1B order the plan will have, not
+        the list scheduler's, which may hold forwards back under memory pressure)."""
+        if self.has("schedule") or c.n_stages != problem.n_devices:
+            return True
+        arr = problem.arrays(c)
+        D, M = problem.n_devices, problem.n_microbatches
+        held = np.zeros(D)
+        for s in range(c.n_stages):
+            held[arr.dev[s]] += min(D - s, M) * arr.act[s]
+        return bool((held <= arr.cap * (1 + 1e-9)).all())
+
+    def frozen_table(self, plan: Plan) -> Plan:
+        """`plan` with S-1F1B's own table when the schedule lever is off: the library's 1F1B order
+        on the plan's stages and devices (the list scheduler, held to the 1F1B policy, may
+        still reorder under memory pressure). Unchanged when the schedule is a lever or the plan
+        is not one stage per device."""
+        t = plan.table
+        if self.has("schedule") or t.n_stages != t.n_devices or sorted(t.placement) != list(range(t.n_devices)):
+            return plan
+        base = build_schedule("1f1b", t.n_devices, t.n_microbatches)
+        rows = [()] * t.n_devices
+        for stage, device in enumerate(t.placement):
+            rows[device] = base.rows[stage]
+        return replace(plan, table=ScheduleTable(tuple(rows), t.placement, t.n_microbatches, t.name))
 
     def label(self) -> str:
         return "+".join(x for x in LEVERS if x in self.on)

@@ -107,8 +107,9 @@ class Evaluator:
     there); such a candidate is cached as NaN, counted like any other, and estimated in full
     (uncounted, as a cache hit would be) if its value is ever asked for."""
 
-    def __init__(self, problem: Problem, pool_size: int = 8):
+    def __init__(self, problem: Problem, pool_size: int = 8, admits: Callable[[Candidate], bool] | None = None):
         self.problem = problem
+        self.admits = admits        # a candidate it refuses is infeasible (estimated inf, counted)
         self.cache: dict[Candidate, float] = {}
         self.calls = 0
         self.work = 0
@@ -118,7 +119,7 @@ class Evaluator:
     def _estimate(self, c: Candidate, bound: float) -> float:
         self.calls += 1
         self.work += c.n_stages * self.problem.n_microbatches * (3 if c.split_backward else 2)
-        v = self.problem.estimate_makespan(c, bound)
+        v = self.problem.estimate_makespan(c, bound) if self.admits is None or self.admits(c) else math.inf
         self._known(c, v)
         return v
 
@@ -140,7 +141,7 @@ class Evaluator:
         if v is None:
             return self._estimate(c, math.inf)
         if math.isnan(v):
-            v = self.problem.estimate_makespan(c)
+            v = self.problem.estimate_makespan(c) if self.admits is None or self.admits(c) else math.inf
             self._known(c, v)
         return v
 
@@ -188,7 +189,8 @@ def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, se
             levers: Levers | None) -> SearchOutcome:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    ev = Evaluator(problem, pool_size)
+    ev = Evaluator(problem, pool_size, None if levers is None or levers.has("schedule") else
+                   (lambda c: levers.admits(problem, c)))
     project = levers.project if levers is not None else (lambda c: c)
     seeds = (project(c) for c in itertools.chain(starts, iter_seed_candidates(problem,
                                                                                cfg.max_chunks)))
@@ -206,7 +208,7 @@ def _search(problem: Problem, starts: Sequence[Candidate], cfg: SearchConfig, se
     scored = sorted(((v, k, c) for v, k, c in first if not math.isnan(v)), key=lambda t: (t[0], t[1]))
     scored = [(v, c) for v, _, c in scored if math.isfinite(v)]
     if not scored:
-        raise_infeasible(problem)
+        raise_infeasible(problem, levers)
     best_ms, best = scored[0]
     history = [{"t_s": time.perf_counter() - t0, "iteration": 0, "makespan_s": best_ms,
                 "move": f"start ({best.origin or 'seed'})", "candidate": best.describe()}]
@@ -298,7 +300,13 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def raise_infeasible(problem: Problem) -> None:
+def raise_infeasible(problem: Problem, levers: Levers | None = None) -> None:
+    if levers is not None and not levers.has("schedule"):
+        D = problem.n_devices
+        raise InfeasibleError(
+            f"no partition fits memory in S-1F1B's order, which tuner.levers={sorted(levers.on)} keeps (the "
+            f"schedule lever is off): stage s of {D} holds min({D} - s, {problem.n_microbatches}) micro-batches' "
+            f"activations; add schedule to tuner.levers (or use more devices or recomputation)")
     if problem.act_budget is not None:
         D = problem.n_devices
         st = problem.stages(Candidate(Partition.uniform(problem.n_layers, D), tuple(range(D))))

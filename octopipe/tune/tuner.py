@@ -220,8 +220,10 @@ def starting_points(st: TuneState, starts: Sequence[Candidate]) -> list[Candidat
     the search runs on (the ILPs' join the search's pool: `join_ilp`)."""
     cands = [on_split_layers(as_candidate(b), st.counts) for b in st.baselines if b.feasible]
     cands += [on_split_layers(c, st.counts) for c in starts]
-    if not st.levers.all:          # a subset of levers searches from S-1F1B too
-        cands.append(st.levers.ref)
+    # every search, whatever its levers, also starts from S-1F1B (on the searched layers): a
+    # subset's search starts there, so the full search must too, or it could refuse (or miss)
+    # what the subset finds from it
+    cands.append(st.levers.ref)
     return cands
 
 
@@ -316,9 +318,10 @@ def finalists(st: TuneState, plans: Sequence[Plan] = ()) -> tuple[list[Evaluated
         if finals and st.elapsed() > b.cap_s:
             st.capped.append("finalists")
             break
-        plan = to_plan(problem, cand, model=st.model, pieces=st.counts,
-                       meta={"origin": f"tuned from {cand.origin or 'seed'}", "estimate_s": est,
-                             "candidate": cand.describe(), **st.pieces_meta})
+        plan = st.levers.frozen_table(to_plan(problem, cand, model=st.model, pieces=st.counts,
+                                              meta={"origin": f"tuned from {cand.origin or 'seed'}",
+                                                    "estimate_s": est, "candidate": cand.describe(),
+                                                    **st.pieces_meta}))
         key = (plan.partition, plan.table.rows)
         if key in seen_tables:
             continue
