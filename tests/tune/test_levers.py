@@ -51,3 +51,39 @@ def test_cli_unknown_lever_is_one_line_exit_2(tmp_path, capsys):
                                 f"hydra.run.dir={tmp_path}"], capsys)
     assert code == 2
     assert len(err) == 1 and "tuner.levers" in err[0], err
+
+
+def _plan_cli(tmp_path, capsys, *argv):
+    import json
+    out = tmp_path / "run"
+    code, err = run_in_process(["model=qwen3_30b_a3b", "pp=8", "microbatches=32", "cluster=h100_1x8", *argv,
+                                f"hydra.run.dir={out}"], capsys)
+    return code, err, (json.loads((out / "summary.json").read_text()) if code == 0 else None)
+
+
+def test_the_full_search_finds_what_a_lever_subset_finds(tmp_path, capsys, monkeypatch):
+    """qwen3_30b_a3b on 8 H100 x 32 micro-batches: only a search from S-1F1B fits memory; the full
+    search once refused ("no candidate fits memory") while levers=[partition,schedule] found one."""
+    from tests.reliability.cli import ROOT
+    monkeypatch.chdir(ROOT)
+    code, err, full = _plan_cli(tmp_path / "full", capsys)
+    assert code == 0, err
+    code, err, sub = _plan_cli(tmp_path / "sub", capsys, "tuner.levers=[partition,schedule]")
+    assert code == 0, err
+    assert full["makespan_s"] <= sub["makespan_s"] * (1 + 1e-9)
+
+
+def test_without_the_schedule_lever_the_table_is_s1f1bs_own(tmp_path, capsys, monkeypatch):
+    from octopipe.plan_io import load_plan
+    from octopipe.schedule.library import build_schedule
+    from tests.reliability.cli import ROOT
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "run"
+    code, err = run_in_process(["model=llama3_8b", "pp=8", "microbatches=32", "tuner.levers=[partition]",
+                                f"hydra.run.dir={out}"], capsys)
+    assert code == 0, err
+    plan, ref = load_plan(out / "plan.json"), build_schedule("1f1b", 8, 32)
+    assert tuple(plan.placement) == tuple(range(8)) and plan.table.rows == ref.rows
+    # where no partition fits memory in that order, the refusal says so and names the lever
+    code, err, _ = _plan_cli(tmp_path / "q", capsys, "tuner.levers=[partition]")
+    assert code == 2 and len(err) == 1 and "S-1F1B's order" in err[0] and "add schedule to tuner.levers" in err[0]
