@@ -50,6 +50,11 @@ FACTORIES = {
             torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
             return gpt(vocab=vocab, width=32, depth=2, heads=2)
         """),
+    "identity_block": textwrap.dedent("""
+        def build(vocab=256):
+            b = list(gpt(vocab=vocab, width=32, depth=2, heads=2))
+            return b[:2] + [nn.Identity()] + b[2:]
+        """),
     "parameterless_first_block": textwrap.dedent("""
         class OneHot(nn.Module):
             def forward(self, ids):
@@ -99,3 +104,9 @@ def test_a_first_block_without_parameters_profiles_and_trains_exactly(tmp_path, 
                           "train.check_reference=true")
     assert code == 0, err
     assert json.loads((out / "summary.json").read_text())["reference_max_rel_err"] <= 1e-5
+
+
+def test_a_block_that_returns_its_input_trains(tmp_path, capsys, monkeypatch):
+    code, err, out = _run(tmp_path, capsys, monkeypatch, "identity_block", "train.plan=tuned")
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
