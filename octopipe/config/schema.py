@@ -18,16 +18,20 @@ from octopipe.config.solver import SolverConfig
 from octopipe.config.train import TrainConfig
 from octopipe.config.tuner import TunerConfig
 
-Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute", "layout", "train"]
+Mode = Literal["plan", "inspect", "simulate", "compare", "solvers", "execute", "layout", "train", "export"]
 MODES: tuple[str, ...] = Mode.__args__
-TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed")
+Target = Literal["octopipe", "torch", "torchtitan", "megatron", "deepspeed"]
+TOP_KEYS = ("mode", "pp", "chunks", "microbatches", "seed", "target", "plan")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """What `python -m octopipe.run` was asked, as typed values."""
 
-    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute | layout | train")
+    mode: Mode = setting("plan", "plan | inspect | simulate | compare | solvers | execute | layout | train | export")
+    target: Target = setting("octopipe", "the stack the plan must run on: octopipe | torch | torchtitan | "
+                                         "megatron | deepspeed (mode=plan searches only plans it runs)")
+    plan: str | None = setting(None, "mode=export: the plan.json to write for `target`")
     pp: int | None = setting(8, "devices in the pipeline; null: every rank of the cluster", ge=1)
     chunks: int | None = setting(None, "stages per device; null: the schedule's natural count "
                                        "(1, or 2 for V/interleaved)", ge=1)

@@ -35,10 +35,11 @@ class Levers:
 
     on: frozenset[str]
     ref: Candidate
+    schedule: str = "1f1b"      # the named schedule a plan's table follows when the schedule is no lever
 
     @classmethod
-    def of(cls, names: Iterable[str], ref: Candidate) -> Levers:
-        return cls(frozenset(names), ref)
+    def of(cls, names: Iterable[str], ref: Candidate, schedule: str = "1f1b") -> Levers:
+        return cls(frozenset(names), ref, schedule)
 
     @property
     def all(self) -> bool:
@@ -82,10 +83,18 @@ class Levers:
     def frozen_table(self, plan: Plan) -> Plan:
         """`plan` with S-1F1B's own table when the schedule lever is off: the library's 1F1B order
         on the plan's stages and devices (the list scheduler, held to the 1F1B policy, may
-        still reorder under memory pressure). Unchanged when the schedule is a lever or the plan
-        is not one stage per device."""
+        still reorder under memory pressure). Another `schedule` (a stack that runs only its own,
+        e.g. interleaved 1F1B) gives that schedule's table where the plan has its placement.
+        Unchanged when the schedule is a lever or the plan is not one stage per device."""
         t = plan.table
-        if self.has("schedule") or t.n_stages != t.n_devices or sorted(t.placement) != list(range(t.n_devices)):
+        if self.has("schedule"):
+            return plan
+        if self.schedule != "1f1b":
+            base = build_schedule(self.schedule, t.n_devices, t.n_microbatches, t.n_stages // t.n_devices)
+            if tuple(base.placement) != tuple(t.placement):
+                return plan
+            return replace(plan, table=ScheduleTable(base.rows, t.placement, t.n_microbatches, t.name))
+        if t.n_stages != t.n_devices or sorted(t.placement) != list(range(t.n_devices)):
             return plan
         base = build_schedule("1f1b", t.n_devices, t.n_microbatches)
         rows = [()] * t.n_devices

@@ -136,7 +136,10 @@ class TuneOptions:
     them compete as plans); starts: the caller's own starting candidates; progress: show a
     terminal bar while searching; splitter: how heavy layers may split (`octopipe.tune.splitting`);
     plans: the caller's own plans, simulated and ranked with the finalists (over the model as
-    given, or its split when they split layers), so the result is never worse than any of them.
+    given, or its split when they split layers), so the result is never worse than any of them;
+    reference: the candidate whose partition, placement and policy the levers left out keep
+    (None: S-1F1B); fixed_schedule: the named schedule whose table a plan takes when the schedule
+    is no lever (a stack that runs only its own schedules).
     """
 
     tuner: TunerConfig | Mapping[str, Any] | None = None
@@ -149,6 +152,8 @@ class TuneOptions:
     progress: bool = False
     splitter: LayerSplitter | None = None
     plans: Sequence[Plan] = ()
+    reference: Candidate | None = None
+    fixed_schedule: str = "1f1b"
 
     def __post_init__(self) -> None:
         """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
@@ -179,8 +184,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     st.baselines = run_baselines(whole, o.model) if o.baselines else []  # 1. baselines: a fixed list
     st.problem, st.counts, st.pieces_meta = layers_to_search(  # 2. starting points:
         st, o.splitter if "split_layers" in o.tuner.levers else None)
-    st.levers = Levers.of(o.tuner.levers, on_split_layers(reference(whole.n_layers, whole.n_devices),
-                                                     st.counts))
+    ref = o.reference if o.reference is not None else reference(whole.n_layers, whole.n_devices)
+    st.levers = Levers.of(o.tuner.levers, on_split_layers(ref, st.counts), o.fixed_schedule)
     st.starts = starting_points(st, o.starts)
     ilp = in_background(ilp_starts, st, o.solver) if st.cfg.ilp else None  # ILPs: ilp_max_nodes
     st.outcome = search_or_ilp(st, ilp, o.seed, o.progress)    # 3. search: max_evaluations
@@ -441,26 +446,6 @@ def emitted_fill_drain(st: TuneState) -> FillDrain:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers of the stages
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _progress(show: bool, budget: int):
