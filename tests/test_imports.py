@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("octopipe.sim", "solvers"),
     ("octopipe.tune",),
     ("octopipe.runtime",),
-    ("octopipe.measure", "octopipe.train", "octopipe.asynchronous", "octopipe.layout"),
+    ("octopipe.measure", "octopipe.train", "octopipe.asynchronous", "octopipe.layout", "octopipe.interop"),
     # the contract every driver (a mode or an experiment) takes and returns
     ("octopipe.modes.inputs", "octopipe.modes.mode_result", "octopipe.modes.artifacts"),
     ("octopipe.experiments",),

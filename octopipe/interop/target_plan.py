@@ -24,7 +24,7 @@ from octopipe.schedule.library import SCHEDULES, build_schedule
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.baselines import dp_balanced
 from octopipe.tune.candidate import Candidate, Problem
-from octopipe.tune.evaluate import Evaluated, evaluate
+from octopipe.tune.evaluate import Evaluated, evaluate, safe
 
 
 @dataclass(frozen=True)
@@ -196,12 +196,18 @@ def plan_target(target: Target, case: TargetCase,
                               f"pp={D}, microbatches={case.n_microbatches} "
                               f"({why or 'no layout fits these ranks and modules'}); "
                               "try more devices, fewer micro-batches or another target")
-    top = min(found, key=lambda e: e.makespan_s)
-    plan = _on_layers(top.plan, units)
-    bad = violations(plan, target, units)
-    if bad:
-        raise OctoPipeError(f"internal: the {target.name} plan breaks its rules: {bad[0]}")
-    best = evaluate(layers, f"OctoPipe for {target.name}", "target", plan)
+    best = None
+    for top in sorted(found, key=lambda e: e.makespan_s):
+        plan = _on_layers(top.plan, units)
+        bad = violations(plan, target, units)
+        if bad:
+            raise OctoPipeError(f"internal: the {target.name} plan breaks its rules: {bad[0]}")
+        best = safe(layers, evaluate(layers, f"OctoPipe for {target.name}", "target", plan),
+                    case.options.tuner.smt_max_actions)
+        if best.feasible:
+            break
+    if not best.feasible:
+        raise InfeasibleError(f"target={target.name}: no plan passes the deadlock check ({best.note})")
     baselines = tuple(evaluate(layers, b.name, b.group, _on_layers(b.plan, units)) for b in named
                       if not violations(_on_layers(b.plan, units), target, units))
     return TargetPlan(target, best, baselines, tuple(tried))

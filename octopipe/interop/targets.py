@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from octopipe.errors import ConfigError
+from octopipe.errors import ConfigError, OctoPipeError
 from octopipe.interop.units import Units
 from octopipe.plan import Plan
 from octopipe.schedule.library import build_schedule
@@ -66,8 +66,8 @@ class Target:
         raise ValueError(rule)
 
     def rule_text(self, rule: str) -> str:
-        return {"granularity": {"units": "whole decoder layers (no cut between attention and MLP, "
-                                          "the vision encoder with the embedding)",
+        return {"granularity": {"units": "whole decoder layers (no stage bound inside one, the "
+                                          "vision encoder with the embedding)",
                                 "layers": "whole layers (no layer cut into pieces)"}.get(self.granularity, ""),
                 "placement": {("loop",): "loop placement (stage s on rank s mod pp)",
                               ("loop", "v"): "loop or V placement with equal stages per rank",
@@ -171,5 +171,5 @@ def violations(plan: Plan, target: Target, units: Units | None) -> list[str]:
 def _named_rows(name: str, n_devices: int, n_microbatches: int, chunks: int) -> tuple | None:
     try:
         return tuple(build_schedule(name, n_devices, n_microbatches, chunks).rows)
-    except Exception:
+    except OctoPipeError:
         return None

@@ -13,6 +13,7 @@ from octopipe.errors import InfeasibleError
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
+from octopipe.modes.targeting import free_exports, target_result, units_of
 from octopipe.schedule.render import bars_trace
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
@@ -37,10 +38,12 @@ def run(inputs: Inputs) -> Result:
                     f"{costs.tokens_per_microbatch} tokens"]
     case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
             "seq_len": int(model.seq_len)}
+    options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
+                          progress=inputs.interactive, splitter=inputs.splitter)
+    if cfg.target != "octopipe":
+        units_of(inputs)           # a model the target cannot name is refused before any search
     try:
-        res = tune(costs, cluster, pp, mb, TuneOptions(
-            cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
-            progress=inputs.interactive, splitter=inputs.splitter))
+        res = tune(costs, cluster, pp, mb, options)
     except InfeasibleError as e:
         if not (cfg.experiment is not None and cfg.experiment.keep_going):
             raise
@@ -49,6 +52,8 @@ def run(inputs: Inputs) -> Result:
                       tuple(report))
     summary = res.summary()
     tokens = res.tokens_per_iteration
+    if cfg.target != "octopipe":
+        return _for_target(inputs, options, res, case, report)
 
     table = Table(title=f"{model.name}, pp={pp}, {mb} micro-batches "
                         f"(lower bound {res.lower_bound_s * 1e3:.1f} ms)")
@@ -87,6 +92,24 @@ def run(inputs: Inputs) -> Result:
                  json_artifact("history.json", {"history": res.history, "search": res.search_stats,
                                                 "ilp": res.ilp}),
                  text_artifact("report.md", plan_report(res, model.name, cluster.name, pp, mb)))
+    exports, lines = free_exports(inputs, res.plan)
+    report.extend(lines)
     summary["baselines"] = [b.row(tokens) for b in res.baselines]
     summary["ilp"] = res.ilp
-    return Result({"status": "ok", **case, **summary}, tuple(report), artifacts)
+    summary["target"] = "octopipe"
+    summary["export"] = [a.name for a in exports]
+    return Result({"status": "ok", **case, **summary}, tuple(report), (*artifacts, *exports))
+
+
+def _for_target(inputs: Inputs, options: TuneOptions, res, case: dict, report: list) -> Result:
+    """mode=plan target=<stack>: the stack's best plan is the run's plan; OctoPipe's own plan
+    (free of the stack's rules) is reported beside it and kept as free_plan.json."""
+    figures, lines, arts, plan = target_result(inputs, options, res.makespan_s)
+    report.extend(lines)
+    free = {k: v for k, v in res.summary().items() if k in (
+        "makespan_s", "bubble_ratio", "peak_memory_bytes", "n_stages", "placement", "split_layers",
+        "best_baseline", "speedup_vs_best_baseline")}
+    title = f"{inputs.config.target} plan: {case['model']}, pp={case['pp']}, {case['microbatches']} micro-batches"
+    artifacts = (*plan_artifacts(plan), *plan_artifacts(res.plan, "free_plan.json", "free_schedule.csv"),
+                 text_artifact("report.md", f"# {title}\n\n{figures['target_note']}\n"), *arts)
+    return Result({"status": "ok", **case, **figures, "free": free}, tuple(report), artifacts)
