@@ -28,6 +28,7 @@ from octopipe.modes.artifacts import compact_json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.modes.simulate import check_work, estimated_actions
+from octopipe.modes.targeting import import_comparison, imported_plan
 from octopipe.plan import Plan, uniform_partition
 from octopipe.schedule.idealized import idealize
 from octopipe.schedule.library import SCHEDULES, bubble_ratio, build_schedule, inflight_microbatches
@@ -203,6 +204,19 @@ def report_md(title: str, rows: list[dict], policy_rows: list[dict], skipped: di
     return "\n".join(lines) + "\n"
 
 
+def _imported(inputs: Inputs, best_named_s: float) -> tuple[dict, list[str]]:
+    """The stack configuration `schedule.*` gives, simulated beside the named schedules and
+    OctoPipe's plans."""
+    cfg = inputs.config
+    plan = imported_plan(inputs)
+    stack = cfg.schedule.imported()
+    res = Simulator(plan, inputs.costs, inputs.cluster).run(policy="strict", semantics=cfg.sim.semantics)
+    out, lines = import_comparison(inputs, float(res.makespan), stack)
+    out["best_named_makespan_s"] = best_named_s
+    return out, [f"{stack} configuration: {float(res.makespan):.4g} s (best named schedule on uniform stages: "
+                 f"{best_named_s:.4g} s)", *lines]
+
+
 def run(inputs: Inputs) -> Result:
     cfg = inputs.config
     model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
@@ -240,7 +254,11 @@ def run(inputs: Inputs) -> Result:
                  compact_json_artifact("trace.json", sim_trace(res)),
                  Artifact("timeline.png", lambda path: sim_timeline_png(res, path)))
     changed = len({tuple(r.get(k) for r in rows) for k in ("rank_formula", "rank_idealized", "rank_sim")}) > 1
-    return Result({"model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
+    extra = {}
+    if cfg.schedule.imported():
+        extra["comparison"], lines = _imported(inputs, best["makespan_s"])
+        report = (*report, *lines)
+    return Result({**extra, "model": model.name, "cluster": cluster.name, "n_devices": p, "microbatches": m,
                    "semantics": semantics, "best_schedule": best["schedule"],
                    "makespan_s": best["makespan_s"], "bubble_ratio": best["bubble_ratio"],
                    "peak_memory_bytes": best["peak_memory_bytes"],

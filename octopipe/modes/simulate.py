@@ -1,7 +1,11 @@
 """`mode=simulate`: one schedule through the communication-aware simulator.
 
 `schedule=<name>` (with `pp`, `chunks`, `microbatches`) or `schedule.file=PATH` (a plan JSON,
-whose partition is used, or a torch CSV); layers are split evenly over the stages otherwise.
+whose partition is used, or a torch CSV); layers are split evenly over the stages otherwise. A
+stack's own configuration (`schedule.megatron_layout`, `schedule.hybrid_pattern`,
+`schedule.torchtitan_fqns` with a schedule, `schedule.deepspeed_parts`) is simulated as that stack
+runs it, and the summary's `comparison` says how much faster OctoPipe's plan for that stack, and
+its own free plan, would be.
 `sim.*` chooses the policy, communication semantics, hint, limits and jitter; with
 `sim.monte_carlo=N` the summary adds the makespan's mean, spread and percentiles over N seeded
 jittered runs. With cost.tp > 1 under ready_first, RRFP's TP agreement is charged before each
@@ -25,6 +29,7 @@ from octopipe.io import regular_file
 from octopipe.modes.artifacts import compact_json_artifact, plan_artifacts, table_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
+from octopipe.modes.targeting import import_comparison, imported_plan
 from octopipe.plan import Plan, uniform_partition
 from octopipe.plan_io import load_plan, load_schedule_file
 from octopipe.schedule.library import SCHEDULES, build_schedule
@@ -142,7 +147,12 @@ def run(inputs: Inputs) -> Result:
     cfg = inputs.config
     model, cluster = inputs.costed_model, inputs.cluster   # cost=file: the profile's model
     costs = inputs.piece_costs(plan_file_pieces(cfg))   # a split plan prices its pieces
-    table, partition = schedule_from_cfg(cfg, costs.n_layers)
+    imported = cfg.schedule.imported()
+    if imported:
+        given = imported_plan(inputs)
+        table, partition = given.table, given.partition
+    else:
+        table, partition = schedule_from_cfg(cfg, costs.n_layers)
     check_devices(cfg, table)
     n_actions = sum(len(r) for r in table.compute_only().rows)
     if n_actions > 10_000:
@@ -175,6 +185,9 @@ def run(inputs: Inputs) -> Result:
         mc = sim.monte_carlo(cfg.sim.monte_carlo, jitter, seed=cfg.seed,
                              **{k: v for k, v in opts.items() if k != "check_memory"})
         summary["monte_carlo"] = mc.summary()
+    if imported:
+        summary["comparison"], lines = import_comparison(inputs, float(res.makespan), imported)
+        report.extend(lines)
     report.append(summary_table(f"{table.name}: {cfg.sim.policy} / {cfg.sim.semantics}", summary))
     causes = Table(title="bubble causes per device (s)")
     causes.add_column("device")

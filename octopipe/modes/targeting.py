@@ -2,20 +2,31 @@
 cost of each of its rules, and the files its stack reads (`export/`)."""
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
 
-from octopipe.errors import ConfigError
+from octopipe.errors import ConfigError, InfeasibleError, ScheduleError
 from octopipe.interop.compare import rule_costs
 from octopipe.interop.export import EXPORT_TARGETS, ExportError, export_files, runnable_by
+from octopipe.interop.imports import (
+    from_deepspeed_parts,
+    from_fqns,
+    from_hybrid_pattern,
+    from_megatron_layout,
+)
 from octopipe.interop.target_plan import TargetCase, TargetPlan, plan_target
 from octopipe.interop.targets import target_named
 from octopipe.interop.units import Units, block_units, hf_names, preset_units, sequential_names
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact
 from octopipe.plan import Plan
-from octopipe.tune import TuneOptions
+from octopipe.plan_io import load_schedule_file
+from octopipe.schedule.library import build_schedule
+from octopipe.schedule.table import ScheduleTable
+from octopipe.tune import TuneOptions, tune
 
 GIB = 2.0 ** 30
 
@@ -112,3 +123,80 @@ def free_exports(inputs: Inputs, plan: Plan) -> tuple[list[Artifact], list[str]]
         lines.append("Stacks that cannot run this plan as it is (plan with target=<stack> for one they can): "
                      + "; ".join(f"{k}: {v}" for k, v in why.items()))
     return arts, lines
+
+
+def imported_plan(inputs: Inputs) -> Plan:
+    """The plan of the stack configuration `schedule.*` gives (a Megatron layout or hybrid
+    pattern, torchtitan's module lists with a schedule, DeepSpeed's parts)."""
+    cfg = inputs.config
+    sc, pp, m = cfg.schedule, cfg.pp, cfg.microbatches
+    given = [k for k in ("megatron_layout", "hybrid_pattern", "torchtitan_fqns", "deepspeed_parts")
+             if getattr(sc, k) is not None]
+    if len(given) > 1:
+        raise ConfigError(f"schedule: give one stack configuration, not {' and '.join(given)}")
+    units = units_of(inputs)
+    if units is None:
+        raise ConfigError(f"schedule.{given[0]}: the costs do not follow the model's modules; use the "
+                          "preset's own costs")
+    if pp is None:
+        raise ConfigError(f"schedule.{given[0]}: set pp (the pipeline ranks)")
+    if sc.megatron_layout is not None:
+        plan = from_megatron_layout(sc.megatron_layout, pp, m, units)
+    elif sc.hybrid_pattern is not None:
+        plan = from_hybrid_pattern(sc.hybrid_pattern, pp, m, units)
+    elif sc.deepspeed_parts is not None:
+        plan = from_deepspeed_parts(sc.deepspeed_parts, m, units)
+        if plan.table.n_devices != pp:
+            raise ConfigError(f"schedule.deepspeed_parts: {plan.table.n_devices} stages for pp={pp}; "
+                              f"DeepSpeed runs one stage per rank: give {pp + 1} bounds or set "
+                              f"pp={plan.table.n_devices}")
+    else:
+        plan = from_fqns(sc.torchtitan_fqns, _fqns_table(inputs, len(sc.torchtitan_fqns)), units)
+    return replace(plan, model=inputs.model.name, cluster=inputs.cluster.name)
+
+
+def _fqns_table(inputs: Inputs, n_parts: int) -> ScheduleTable:
+    cfg = inputs.config
+    if cfg.schedule.file:
+        table = load_schedule_file(Path(cfg.schedule.file))
+        if table.n_devices != cfg.pp:
+            raise ConfigError(f"schedule.file has {table.n_devices} ranks but pp={cfg.pp}")
+        return table
+    if not cfg.schedule.name or n_parts % cfg.pp:
+        raise ConfigError(f"schedule.torchtitan_fqns: {n_parts} parts over pp={cfg.pp} ranks need a "
+                          "schedule=<name> with that many stages per rank, or schedule.file=CSV")
+    try:
+        return build_schedule(cfg.schedule.name, cfg.pp, cfg.microbatches, n_parts // cfg.pp)
+    except ScheduleError as e:
+        raise ConfigError(f"schedule.torchtitan_fqns with schedule={cfg.schedule.name}: {e}") from None
+
+
+def import_comparison(inputs: Inputs, imported_s: float, stack: str) -> tuple[dict, list[str]]:
+    """How much faster OctoPipe's plan for the stack, and its own free plan, would run than the
+    imported configuration."""
+    cfg = inputs.config
+    options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed,
+                          model=inputs.model.name, splitter=inputs.splitter)
+    inputs.progress(f"planning for {stack} and without a stack's rules, to compare")
+    out: dict = {"imported": stack, "imported_makespan_s": imported_s}
+    lines = []
+    try:
+        tp = plan_target(target_named(stack), case_of(inputs, options))
+        out["target_plan_makespan_s"] = tp.makespan_s
+        out["target_plan_speedup"] = imported_s / tp.makespan_s
+        lines.append(f"OctoPipe's plan for {stack} runs in {tp.makespan_s:.4g} s: "
+                     f"{imported_s / tp.makespan_s:.2f}× this configuration")
+    except InfeasibleError as e:
+        out["target_plan_makespan_s"] = None
+        lines.append(f"[yellow]no OctoPipe plan for {stack}[/]: {str(e).splitlines()[0]}")
+    try:
+        free = tune(inputs.costs, inputs.cluster, cfg.pp, cfg.microbatches, options)
+        free_s = min(free.makespan_s, out.get("target_plan_makespan_s") or math.inf)
+        out["free_makespan_s"] = free_s
+        out["free_plan_speedup"] = imported_s / free_s
+        lines.append(f"OctoPipe's own plan (no stack's rules) runs in {free_s:.4g} s: "
+                     f"{imported_s / free_s:.2f}× this configuration")
+    except InfeasibleError as e:
+        out["free_makespan_s"] = None
+        lines.append(f"[yellow]no OctoPipe plan fits[/]: {str(e).splitlines()[0]}")
+    return out, lines
