@@ -92,7 +92,8 @@ def torchtitan_files(plan: Plan, units: Units | None, micro_batch_size: int) -> 
                              "pipeline_parallel_schedule_csv", "module_fqns_per_model_part")}
     doc["num_pp_microbatches"] = plan.table.n_microbatches
     doc.update(fields)
-    toml = ["# torchtitan config fragment written by OctoPipe; the CSV path is relative to this file",
+    toml = ["# torchtitan config fragment written by OctoPipe: set pipeline_parallel_schedule_csv to the "
+            "CSV's path as seen from where torchtitan runs",
             *(f"[{section}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in values.items()) + "\n"
               for section, values in fields.items())]
     return {"torchtitan.json": _dump(doc), "torchtitan.toml": "\n".join(toml),
@@ -154,7 +155,7 @@ class PlannedPipelineModule(PipelineModule):
 def deepspeed_files(plan: Plan, units: Units | None) -> dict[str, str]:
     _check(plan, "deepspeed", units)
     unit_part = units.to_units(plan.partition)
-    doc = {"num_stages": len(unit_part), "parts": list(unit_part.bounds),
+    doc = {"num_stages": len(unit_part), "parts": [int(b) for b in unit_part.bounds],
            "layers": ["+".join(n) for n in units.names], "schedule": "TrainSchedule (1F1B)",
            "micro_batches": plan.table.n_microbatches,
            "how": "PlannedPipelineModule(layers=..., num_stages=num_stages) from deepspeed_parts.py"}
