@@ -7,11 +7,11 @@ import csv
 import io
 import json
 import tempfile
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from octopipe.errors import ConfigError
 from octopipe.interop.export import ExportError, export_files
