@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from octopipe.errors import ConfigError
 from octopipe.interop.megatron_layout import format_layout
-from octopipe.interop.targets import TARGETS, layout_of, violations
+from octopipe.interop.targets import TARGETS, layout_of, unsupported, violations
 from octopipe.interop.units import Units
 from octopipe.plan import Plan
 from octopipe.schedule.csv_io import to_csv_text
@@ -32,13 +32,13 @@ class ExportError(ConfigError):
 
 
 def _check(plan: Plan, target: str, units: Units | None) -> None:
+    why = unsupported(TARGETS[target], units)
+    if why:
+        raise ExportError(why)
     bad = violations(plan, TARGETS[target], units)
     if bad:
         raise ExportError(f"target={target}: {TARGETS[target].stack} cannot run this plan: {bad[0]}; "
                           f"plan it with target={target}")
-    if units is None and target != "torch":
-        raise ExportError(f"target={target}: the model has no module names the stack knows; use a preset, "
-                          "model=hf or model=module")
 
 
 def _dump(obj: dict) -> str:
@@ -125,11 +125,6 @@ def megatron_fields(plan: Plan, units: Units) -> dict:
 
 def megatron_files(plan: Plan, units: Units | None) -> dict[str, str]:
     _check(plan, "megatron", units)
-    if units.source != "torchtitan":
-        raise ExportError("target=megatron: Megatron-LM builds its own GPT or hybrid model; export a preset")
-    if any(n == "vision_encoder" for names in units.names for n in names):
-        raise ExportError("target=megatron: Megatron's pipeline layout has no encoder layers "
-                          "(a vision encoder); use target=torchtitan or torch")
     return {"megatron.json": _dump(megatron_fields(plan, units))}
 
 
@@ -181,6 +176,7 @@ def runnable_by(plan: Plan, units: Units | None) -> dict[str, str]:
     """Per stack, '' when it runs `plan` as it is, else why not."""
     out = {}
     for name in EXPORT_TARGETS:
-        bad = violations(plan, TARGETS[name], units)
-        out[name] = bad[0] if bad else ("" if units is not None or name == "torch" else "no module names")
+        bad = [unsupported(TARGETS[name], units)] if unsupported(TARGETS[name], units) else []
+        bad = bad or violations(plan, TARGETS[name], units)
+        out[name] = bad[0] if bad else ""
     return out

@@ -101,7 +101,8 @@ def from_deepspeed_parts(parts: Sequence[int], n_microbatches: int, units: Units
     field = "schedule.deepspeed_parts"
     parts = [int(x) for x in parts]
     if len(parts) < 2 or parts[0] != 0 or parts[-1] != units.n_units:
-        raise ConfigError(f"{field}={parts}: bounds start at 0 and end at the layer count {units.n_units}")
+        raise ConfigError(f"{field}={parts}: bounds start at 0 and end at {units.n_units}, the model's module "
+                          "count (embedding, decoder layers, head: the PipelineModule's layer list)")
     if any(b <= a for a, b in zip(parts, parts[1:])):
         raise ConfigError(f"{field}={parts}: bounds must increase")
     table = build_schedule("1f1b", len(parts) - 1, n_microbatches, 1)

@@ -17,7 +17,7 @@ from octopipe.cluster import Cluster
 from octopipe.config.tuner import LEVERS
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError, InfeasibleError, OctoPipeError
-from octopipe.interop.targets import Target, layout_of, placement_of, violations
+from octopipe.interop.targets import Target, layout_of, placement_of, unsupported, violations
 from octopipe.interop.units import Units
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import SCHEDULES, build_schedule
@@ -67,11 +67,11 @@ class TargetPlan:
 
 def _searched(target: Target, case: TargetCase) -> tuple[CostTable, Units | None]:
     """The rows the search moves stage bounds between: the stack's modules, or the layers."""
+    why = unsupported(target, case.units)
+    if why:
+        raise ConfigError(why)
     if target.granularity != "units":
         return case.costs, None
-    if case.units is None:
-        raise ConfigError(f"target={target.name}: the model has no module names the stack knows; "
-                          "use a preset, model=hf or model=module")
     return case.units.merge(case.costs), case.units
 
 

@@ -119,6 +119,20 @@ def target_named(name: str) -> Target:
         raise ConfigError(f"target={name!r} is unknown; use one of {', '.join(TARGET_NAMES)}") from None
 
 
+def unsupported(target: Target, units: Units | None) -> str | None:
+    """Why the target cannot run this model at all (None: it can, given a plan that keeps its rules)."""
+    if target.granularity == "units" and units is None:
+        return (f"target={target.name}: the model has no module names the stack knows; use a preset, "
+                "model=hf or model=module")
+    if target.name == "megatron" and units is not None:
+        if units.source != "torchtitan":
+            return "target=megatron: Megatron-LM builds its own GPT or hybrid model; plan a preset for it"
+        if any(n == "vision_encoder" for names in units.names for n in names):
+            return ("target=megatron: Megatron's pipeline layout has no encoder layers (this model has a "
+                    "vision encoder); use target=torchtitan or torch")
+    return None
+
+
 def placement_of(style: str, n_devices: int, chunks: int) -> tuple[int, ...]:
     """The stage → rank map of a placement style."""
     D = n_devices

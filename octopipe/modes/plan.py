@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from octopipe.errors import InfeasibleError
+from octopipe.errors import ConfigError, InfeasibleError
+from octopipe.interop.targets import target_named, unsupported
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
@@ -40,8 +41,10 @@ def run(inputs: Inputs) -> Result:
             "seq_len": int(model.seq_len)}
     options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
                           progress=inputs.interactive, splitter=inputs.splitter)
-    if cfg.target != "octopipe":
-        units_of(inputs)           # a model the target cannot name is refused before any search
+    if cfg.target != "octopipe":       # a model the target cannot run is refused before any search
+        why = unsupported(target_named(cfg.target), units_of(inputs))
+        if why:
+            raise ConfigError(why)
     try:
         res = tune(costs, cluster, pp, mb, options)
     except InfeasibleError as e:
