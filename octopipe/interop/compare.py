@@ -20,7 +20,8 @@ class RuleCosts:
     lifted_s: dict[str, float | None]
 
     def costliest(self) -> str | None:
-        ok = {r: s for r, s in self.lifted_s.items() if s is not None}
+        """The rule whose lifting shortens the plan most (None: lifting none shortens it)."""
+        ok = {r: s for r, s in self.lifted_s.items() if s is not None and s < self.target_s * (1 - 1e-9)}
         return min(ok, key=ok.get) if ok else None
 
     def sentence(self) -> str:
