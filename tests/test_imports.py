@@ -25,8 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("octopipe.run", "octopipe.__main__"),
 )
 # Optional or heavy third-party packages a function may import lazily (with a reason).
-LAZY_OK = ("matplotlib", "highspy", "torch", "megatron", "torchtitan", "transformers", "tensorboard", "rich", "hydra", "pulp", "z3",
-           "networkx", "psutil", "py_spy", "ctypes", "cffi")
+LAZY_OK = ("matplotlib", "highspy", "torch", "megatron", "torchtitan", "transformers", "tensorboard", "rich",
+           "hydra", "pulp", "z3", "networkx", "psutil", "py_spy", "ctypes", "cffi")
 
 
 MODULES = modules()
