@@ -20,7 +20,7 @@ class ScheduleConfig:
     torchtitan_fqns: tuple[tuple[str, ...], ...] | None = setting(
         None, "torchtitan's module_fqns_per_model_part, run with schedule=<name> or schedule.file=CSV")
     deepspeed_parts: tuple[int, ...] | None = setting(None, "DeepSpeed PipelineModule parts (layer "
-                                                            "bounds, stages + 1 of them)")
+                                                            "bounds, stages + 1 of them)", ge=0, min_items=2)
 
     def imported(self) -> str | None:
         """The stack whose configuration is given (None: a named schedule or a file)."""
