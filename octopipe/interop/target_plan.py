@@ -39,6 +39,7 @@ class TargetCase:
     n_devices: int
     n_microbatches: int
     options: TuneOptions
+    chunks: int | None = None           # stages per rank the user asked for (None: any)
 
 
 @dataclass(frozen=True)
@@ -166,16 +167,39 @@ def _fixed_best(target: Target, case: TargetCase, problem: Problem, starts: list
     return refine_bounds(problem, min(ok, key=lambda e: e.makespan_s), 4 * case.options.tuner.polish_sims)
 
 
+def _no_layout(target: Target, case: TargetCase, n_rows: int) -> str:
+    """Why the target has no layout for these ranks, stages per rank and modules."""
+    D, v = case.n_devices, case.chunks
+    if v is not None and not target.chunk_options(D, 10 ** 9, v):
+        allowed = sorted({c for _, c in target.chunk_options(D, 10 ** 9) if c})
+        return (f"chunks={v}: {target.stack} runs {' or '.join(map(str, allowed))} stage(s) per rank; "
+                f"set chunks to one of them or drop it")
+    unit = "decoder layers with the embedding and head" if target.granularity == "units" else "layers"
+    return (f"pp={D}" + (f" x chunks={v}" if v else "") + f": {target.stack} needs at least one of the model's "
+            f"{n_rows} {unit} per stage; lower pp or chunks")
+
+
+def check_target(target: Target, case: TargetCase) -> list[tuple[str, int]]:
+    """The layouts the target may use for this case; ConfigError (one line) when it cannot run the
+    model or has no layout for its ranks and stages per rank. Cheap: run it before any search."""
+    costs, _ = _searched(target, case)
+    options = target.chunk_options(case.n_devices, costs.n_layers, case.chunks)
+    if not options:
+        raise ConfigError(_no_layout(target, case, costs.n_layers))
+    return options
+
+
 def plan_target(target: Target, case: TargetCase,
                 progress: Callable[[str], None] = lambda _: None) -> TargetPlan:
     """The fastest plan `target` runs (InfeasibleError when none fits memory)."""
     costs, units = _searched(target, case)
     problem, layers = _problem(costs, case), _problem(case.costs, case)
     D = case.n_devices
-    named = target_baselines(target, case, problem)
+    named = [b for b in target_baselines(target, case, problem)
+             if case.chunks is None or b.plan.table.n_stages == case.chunks * D]
     tried: list[dict] = []
     found: list[Evaluated] = []
-    for style, v in target.chunk_options(D, costs.n_layers):
+    for style, v in check_target(target, case):
         progress(f"planning for {target.name}: {style} placement" + (f", {v} stage(s) per rank" if v else ""))
         entry = {"placement": style, "chunks": v}
         starts = [b for b in named if style == "any" or tuple(b.plan.table.placement) == placement_of(style, D, v)]

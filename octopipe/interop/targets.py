@@ -82,8 +82,9 @@ class Target:
                 return name
         return None
 
-    def chunk_options(self, n_devices: int, n_units: int) -> list[tuple[str, int]]:
-        """(placement, chunks) layouts the target may use for this many ranks and modules."""
+    def chunk_options(self, n_devices: int, n_units: int, chunks: int | None = None) -> list[tuple[str, int]]:
+        """(placement, chunks) layouts the target may use for this many ranks and modules (only
+        `chunks` stages per rank when given; "any" placement then keeps any count)."""
         out = []
         for style in self.placements:
             if style == "one":
@@ -95,6 +96,7 @@ class Target:
                         if not self.fixed or self.schedule_for(v) is not None]
             else:
                 out.append(("any", 0))
+        out = [(s, v) for s, v in out if chunks is None or v in (0, chunks)]
         return [(s, v) for s, v in out if n_devices * max(v, 1) <= n_units]
 
 

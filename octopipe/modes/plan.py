@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from octopipe.errors import ConfigError, InfeasibleError
-from octopipe.interop.targets import target_named, unsupported
+from octopipe.errors import InfeasibleError
+from octopipe.interop.target_plan import check_target
+from octopipe.interop.targets import target_named
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
-from octopipe.modes.targeting import free_exports, target_result, units_of
+from octopipe.modes.targeting import case_of, free_exports, target_result
 from octopipe.schedule.render import bars_trace
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
@@ -41,10 +42,8 @@ def run(inputs: Inputs) -> Result:
             "seq_len": int(model.seq_len)}
     options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
                           progress=inputs.interactive, splitter=inputs.splitter)
-    if cfg.target != "octopipe":       # a model the target cannot run is refused before any search
-        why = unsupported(target_named(cfg.target), units_of(inputs))
-        if why:
-            raise ConfigError(why)
+    if cfg.target != "octopipe":       # what the target cannot run is refused before any search
+        check_target(target_named(cfg.target), case_of(inputs, options))
     try:
         res = tune(costs, cluster, pp, mb, options)
     except InfeasibleError as e:

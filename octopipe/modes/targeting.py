@@ -31,15 +31,19 @@ from octopipe.tune import TuneOptions, tune
 GIB = 2.0 ** 30
 
 
-def units_of(inputs: Inputs) -> Units | None:
-    """The modules the stacks know this model by (None: costs that do not follow its layers)."""
-    cfg, model = inputs.config, inputs.costed_model
-    if cfg.model.factory:
-        return block_units(sequential_names(model.n_layers), "the factory's nn.Sequential")
-    if cfg.model.hf:
-        return block_units(hf_names(model.n_layers), "transformers")
+def units_of(inputs: Inputs, n_blocks: int | None = None) -> Units | None:
+    """The modules the stacks know this model by (None: costs that do not follow its layers).
+    A user's model (model=module, model=hf) has one module per block: `n_blocks` of them (a
+    plan's layer count: such models are planned by mode=train, which profiles the blocks)."""
+    cfg = inputs.config
+    if cfg.model.factory or cfg.model.hf:
+        if n_blocks is None:
+            raise ConfigError(f"model={cfg.model.name}: a user's model is planned by mode=train; export its "
+                              "plan.json with mode=export")
+        names = sequential_names(n_blocks) if cfg.model.factory else hf_names(n_blocks)
+        return block_units(names, "the factory's nn.Sequential" if cfg.model.factory else "transformers")
     try:
-        return preset_units(model)
+        return preset_units(inputs.costed_model)
     except ConfigError:
         return None
 
@@ -67,7 +71,8 @@ def _export_artifact(name: str, text: str) -> Artifact:
 
 def case_of(inputs: Inputs, options: TuneOptions) -> TargetCase:
     cfg = inputs.config
-    return TargetCase(inputs.costs, units_of(inputs), inputs.cluster, cfg.pp, cfg.microbatches, options)
+    return TargetCase(inputs.costs, units_of(inputs), inputs.cluster, cfg.pp, cfg.microbatches, options,
+                      cfg.chunks)
 
 
 def target_result(inputs: Inputs, options: TuneOptions, free_s: float) -> tuple[dict, list, list[Artifact], Plan]:

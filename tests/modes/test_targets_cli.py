@@ -71,3 +71,21 @@ def test_bad_target_input_is_one_line(refused, tmp_path):
                                            "schedule.deepspeed_parts=[0,1,3,6]")
     assert "end at 6, the model's module count" in refused("mode=simulate", "model=tiny_moe", "pp=2",
                                                           "schedule.deepspeed_parts=[0,1,4]")
+
+
+def test_a_target_that_cannot_run_the_asked_stages_per_rank_is_refused_before_searching(refused):
+    assert refused("target=deepspeed", "chunks=2", "model=tiny_moe", "pp=2").startswith(
+        "chunks=2: DeepSpeed PipelineModule (parts) runs 1 stage(s) per rank")
+    assert "needs at least one of the model's 6 decoder layers" in refused(
+        "target=torchtitan", "chunks=2", "model=tiny_moe", "pp=4")
+
+
+@pytest.mark.parametrize("model, first", [("module", ["0", "1"]), ("hf", ["model.embed_tokens", "model.layers.0"])])
+def test_a_user_models_plan_exports_under_its_own_module_names(run, tmp_path, model, first):
+    from octopipe.plan import Partition, Plan
+    from octopipe.plan_io import save_plan
+    from octopipe.schedule.library import build_schedule
+    path = save_plan(Plan(Partition((2, 2)), build_schedule("1f1b", 2, 4), model="tiny_gpt"), tmp_path / "p.json")
+    s = run("mode=export", f"plan={path}", "target=torchtitan", f"model={model}")
+    doc = json.loads((s["dir"] / "export/torchtitan.json").read_text())
+    assert doc["module_fqns_per_model_part"][0] == first
