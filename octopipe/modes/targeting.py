@@ -125,8 +125,11 @@ def free_exports(inputs: Inputs, plan: Plan) -> tuple[list[Artifact], list[str]]
     why = {k: v for k, v in runnable_by(plan, units).items() if v}
     lines = []
     if why:
-        lines.append("Stacks that cannot run this plan as it is (plan with target=<stack> for one they can): "
-                     + "; ".join(f"{k}: {v}" for k, v in why.items()))
+        reasons = set(why.values())
+        said = (f"{', '.join(why)}: {reasons.pop()}" if len(reasons) == 1
+                else "; ".join(f"{k}: {v}" for k, v in why.items()))
+        lines.append(f"Stacks that cannot run this plan as it is ({said}); plan with target=<stack> for a plan "
+                     "they run (docs/interop.md)")
     return arts, lines
 
 
