@@ -66,6 +66,7 @@ from octopipe.tune.split_choice import (
 )
 from octopipe.tune.splitting import LayerSplitter
 from octopipe.tune.tune_result import TuneResult
+from octopipe.tune.whole_layers import whole_layer_plans
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,8 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     st.outcome = search_or_ilp(st, ilp, o.seed, o.progress)    # 3. search: max_evaluations
     join_ilp(st, ilp)                                      #    the ILPs' candidates join its pool
     seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
+    if st.counts:                                          #    with pieces, a whole-layer search too
+        seeds += whole_layer_plans(whole, st.baselines, st.cfg, o.seed, st.budgets.left_s(st.elapsed()), o.model)
     st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
     w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions

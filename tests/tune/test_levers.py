@@ -87,3 +87,64 @@ def test_without_the_schedule_lever_the_table_is_s1f1bs_own(tmp_path, capsys, mo
     # where no partition fits memory in that order, the refusal says so and names the lever
     code, err, _ = _plan_cli(tmp_path / "q", capsys, "tuner.levers=[partition]")
     assert code == 2 and len(err) == 1 and "S-1F1B's order" in err[0] and "add schedule to tuner.levers" in err[0]
+
+
+@pytest.mark.slow
+def test_cutting_layers_never_makes_the_default_plan_slower(tmp_path, capsys, monkeypatch):
+    """llama3_8b on 8 H100 x 32 micro-batches: the default plan (layers cut into pieces) once took
+    3.658 s where tuner.split_layers=off took 3.613 s; a whole-layer search now runs beside it."""
+    from tests.reliability.cli import ROOT
+    monkeypatch.chdir(ROOT)
+    runs = {}
+    for key, extra in (("default", []), ("off", ["tuner.split_layers=off"])):
+        out = tmp_path / key
+        code, err = run_in_process(["model=llama3_8b", "pp=8", "microbatches=32", *extra,
+                                    f"hydra.run.dir={out}"], capsys)
+        assert code == 0, err
+        import json
+        runs[key] = json.loads((out / "summary.json").read_text())["makespan_s"]
+    assert runs["default"] <= runs["off"] * (1 + 1e-9)
+
+
+def _random_instance(seed: int):
+    """A small random instance: 5-9 layers (one much heavier), 2-3 devices, memory from half to
+    twice what the stages' activations need on average."""
+    import numpy as np
+
+    from octopipe.cost.table import CostTable
+    rng = np.random.default_rng(seed)
+    n, D, M = int(rng.integers(5, 10)), int(rng.integers(2, 4)), int(rng.choice([4, 6, 8]))
+    f = rng.uniform(0.5, 3.0, n)
+    f[rng.integers(n)] *= rng.uniform(2, 5)
+    costs = CostTable(tuple(f"l{j}" for j in range(n)), ("dev",), f, f * rng.uniform(0.8, 1.2, n),
+                      f * rng.uniform(0.6, 1.1, n), rng.uniform(1, 4, n) * 1e9, rng.uniform(0, 3, n) * 1e9,
+                      np.full(n, 1e6), np.ones(n))
+    mem = float(rng.uniform(0.5, 2.0) * (costs.act_bytes.sum() * M / D + costs.static_bytes.sum() / D))
+    return costs, free_cluster(D, memory_bytes=mem), D, M
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_the_default_search_is_never_beaten_by_a_narrower_one(seed):
+    """Property over random small instances: the default search (every lever, pieces allowed) is
+    never slower than any lever subset's search or than tuner.split_layers=off, and never refuses
+    where one of them finds a plan."""
+    from octopipe.errors import InfeasibleError
+    costs, cluster, D, M = _random_instance(seed)
+    splitter = row_splitter(costs, [True] * costs.n_layers)
+
+    def makespan(**kw) -> float | None:
+        try:
+            return tune(costs, cluster, D, M, TuneOptions(TunerConfig(max_evaluations=400, ilp=False, **kw),
+                                                          seed=0, splitter=splitter)).makespan_s
+        except InfeasibleError:
+            return None
+    full = makespan()
+    narrower = {"split_layers=off": makespan(split_layers="off")}
+    for k in (1, 2, 3):
+        for sub in itertools.combinations(LEVERS, k):
+            narrower[",".join(sub)] = makespan(levers=sub)
+    found = {k: v for k, v in narrower.items() if v is not None}
+    if found:
+        assert full is not None, f"the default search refused; {sorted(found)} found plans"
+        assert full <= min(found.values()) * (1 + 1e-9), {k: v for k, v in found.items() if v < full}
