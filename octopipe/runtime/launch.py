@@ -298,9 +298,10 @@ def _watch(procs, control: Control, table: ScheduleTable, timeout_s: float, stal
             failures += control.failures()
             err = err or _error(control, table, procs, failures)
             for p in procs:
-                if p.exitcode is None:
+                if p.pid is not None and p.exitcode is None:
                     p.kill()
-                p.join(timeout=5)
+                if p.pid is not None:
+                    p.join(timeout=5)
             raise err
 
 
@@ -411,6 +412,8 @@ def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: 
                 if interrupted:
                     break
                 p.start()
+        if any(p.pid is None for p in procs):   # a Ctrl-C stopped the starts and was not delivered
+            raise KeyboardInterrupt
         _watch(procs, control, table, timeout_s, stall_s, timeout_name)
     finally:
         with interrupts_held():     # a second Ctrl-C must not cut the clean-up short
