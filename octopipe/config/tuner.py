@@ -66,6 +66,16 @@ class TunerConfig:
               "one per device: the most activations any device holds under 1F1B); the schedule "
               "search then chooses how many forwards each device runs ahead and where each W goes "
               "within it. null: device memory only", gt=0)
+    objective: Literal["nominal", "mean", "quantile"] = setting(
+        "nominal", "what the finalists are ranked by: nominal (one simulation without variability), "
+                   "mean or quantile (tuner.quantile) of tuner.samples simulations under the "
+                   "variability sim.jitter_cv and runtime.* describe, dispatched by tuner.dispatch")
+    quantile: float = setting(0.9, "the quantile of objective=quantile", gt=0, lt=1)
+    samples: int = setting(32, "Monte Carlo simulations per finalist under objective=mean|quantile "
+                               "(the same draws for every finalist)", ge=2, le=10_000)
+    dispatch: Literal["strict", "ready_first"] = setting(
+        "strict", "the dispatch the run will use, for objective=mean|quantile (ready_first: every "
+                  "hint is tried and the best recorded in the plan)")
     levers: tuple[Lever, ...] = setting(
         LEVERS, "what the tuner may change, any non-empty subset of partition (layers per stage), "
                 "placement (stage -> device), schedule (the policy and row moves) and split_layers "

@@ -7,16 +7,23 @@ artifacts; the figures become summary.json.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 
+from octopipe.config.schema import Config
+from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.interop.target_plan import check_target
 from octopipe.interop.targets import target_named
+from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.modes.targeting import case_of, free_exports, target_result
+from octopipe.plan import Plan
 from octopipe.schedule.render import bars_trace
+from octopipe.sim.variability import Variability, image_share
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
 
@@ -31,6 +38,25 @@ def _why(name: str, attr, makespan: float) -> str:
     return f"  {name}: devices idle {attr.idle.sum() / dev_time:.1%} of the time ({parts or 'none'})"
 
 
+def plan_variability(cfg: Config, model: ModelSpec, costs: CostTable) -> Callable[[Plan], Variability] | None:
+    """For tuner.objective=mean|quantile: the variability the run will see (`sim.jitter_cv` or
+    `runtime.jitter_cv`, and `runtime.*`'s stragglers, slow rank, message delays, sequence
+    lengths and images per sample), bound to a plan's stages."""
+    if cfg.tuner.objective == "nominal":
+        return None
+    r = cfg.runtime
+
+    def bind(plan: Plan) -> Variability:
+        share = (image_share(model, costs.f[:, 0], plan.partition)
+                 if r.images_max > 1 and not plan.pieces and costs.n_layers == model.n_layers else ())
+        return Variability(cv=max(cfg.sim.jitter_cv, r.jitter_cv), straggler_prob=r.straggler_prob,
+                           straggler_factor=r.straggler_factor, slow_rank=r.slow_rank,
+                           slow_rank_factor=r.slow_rank_factor, transfer_delay=r.transfer_delay,
+                           seq_len_cv=r.seq_len_cv, images_max=r.images_max if share else 0,
+                           samples=model.micro_batch_size, vision_share=share)
+    return bind
+
+
 def run(inputs: Inputs) -> Result:
     cfg = inputs.config
     model, cluster, costs = inputs.model, inputs.cluster, inputs.costs
@@ -41,7 +67,8 @@ def run(inputs: Inputs) -> Result:
     case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
             "seq_len": int(model.seq_len)}
     options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
-                          progress=inputs.interactive, splitter=inputs.splitter)
+                          progress=inputs.interactive, splitter=inputs.splitter,
+                          variability=plan_variability(cfg, model, costs))
     if cfg.target != "octopipe":       # what the target cannot run is refused before any search
         check_target(target_named(cfg.target), case_of(inputs, options))
     try:

@@ -116,6 +116,12 @@ class TuneResult:
             "bubble_causes_s": self.attribution.totals(),
             "checks": self.evaluated.checks,
             "search": self.search_stats,
+            "memory_lower_bound_s": self.search_stats.get("memory_lower_bound_s"),
+            "efficiency_vs_memory_bound": (self.search_stats["memory_lower_bound_s"] / self.makespan_s
+                                           if self.search_stats.get("memory_lower_bound_s") else None),
+            "objective": self.search_stats.get("robust", {}).get("objective", "nominal"),
+            "robust_score_s": self.plan.meta.get("robust", {}).get("score_s"),
+            "robust_hint": self.plan.meta.get("robust", {}).get("hint"),
         }
         for b in self.baselines:
             label = b.name.split(" (")[0]          # "I-1F1B (v=4)" -> one key for any chunk count

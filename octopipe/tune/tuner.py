@@ -38,6 +38,7 @@ from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
 from octopipe.sim.stage_span import stage_spans
+from octopipe.sim.variability import Variability
 from octopipe.tune.baselines import as_candidate, run_baselines
 from octopipe.tune.bounds import layer_bound, lower_bound, memory_bound
 from octopipe.tune.candidate import Candidate, Problem
@@ -54,6 +55,7 @@ from octopipe.tune.memory_budget import (
     budget_plans,
 )
 from octopipe.tune.polish import advance_into_bubbles, place_ws_exactly
+from octopipe.tune.robust import Robust, robust_rank
 from octopipe.tune.search import (
     SearchConfig,
     SearchOutcome,
@@ -117,6 +119,7 @@ class TuneState:
     finals: list[Evaluated] = field(default_factory=list)  # ranked, best first
     history: list[dict] = field(default_factory=list)
     chosen: Evaluated | None = None
+    robust: dict = field(default_factory=dict)              # objective=mean|quantile: the scoring
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -140,7 +143,8 @@ class TuneOptions:
     given, or its split when they split layers), so the result is never worse than any of them;
     reference: the candidate whose partition, placement and policy the levers left out keep
     (None: S-1F1B); fixed_schedule: the named schedule whose table a plan takes when the schedule
-    is no lever (a stack that runs only its own schedules).
+    is no lever (a stack that runs only its own schedules); variability: the variability model
+    bound to a plan's stages, for tuner.objective=mean|quantile (None: no variability).
     """
 
     tuner: TunerConfig | Mapping[str, Any] | None = None
@@ -155,6 +159,7 @@ class TuneOptions:
     plans: Sequence[Plan] = ()
     reference: Candidate | None = None
     fixed_schedule: str = "1f1b"
+    variability: Callable[[Plan], Variability] | None = None
 
     def __post_init__(self) -> None:
         """Mappings (and None) become the typed configs; a bad value raises ConfigError."""
@@ -196,6 +201,10 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
         seeds += whole_layer_plans(whole, st.baselines, st.cfg, o.seed, st.budgets.left_s(st.elapsed()), o.model)
     st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
     w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
+    if st.cfg.objective != "nominal":                      #    robust: Monte Carlo scores, tuner.samples
+        robust = Robust(st.cfg.objective, st.cfg.quantile, st.cfg.samples, st.cfg.dispatch,
+                        o.variability or (lambda plan: Variability()), o.seed, o.semantics)
+        st.finals, st.robust = robust_rank(st.finals, st.problem_of, robust, st.cfg.finalists)
     st.chosen = checks(st)                                 # 5. checks: SMT up to smt_max_actions
     return result(st)
 
@@ -418,7 +427,9 @@ def result(st: TuneState) -> TuneResult:
              "work_actions": outcome.work,
              "iterations": outcome.iterations, "search_stopped_by": outcome.stop_reason,
              "polish_stopped_by": st.polish_stop or "not run", "capped_stages": list(st.capped),
-             "time_cap_s": st.budgets.cap_s, "estimate_s": outcome.best_makespan}
+             "time_cap_s": st.budgets.cap_s, "estimate_s": outcome.best_makespan,
+             "memory_lower_bound_s": memory_lower_bound(st),
+             **({"robust": st.robust} if st.robust else {})}
     on = st.problem_of(chosen.plan)
     elapsed = st.elapsed()              # the search's time: the bound below is the report's
     fd = emitted_fill_drain(st)
@@ -427,6 +438,17 @@ def result(st: TuneState) -> TuneResult:
                       lower_bound(st.whole.layer_work(), st.whole.n_microbatches), tokens,
                       layer_bound(on), stats, st.ilp, on.costs, dict(st.counts), fd, contiguous,
                       plan_layout_bound(on, chosen.plan))
+
+
+def memory_lower_bound(st: TuneState) -> float:
+    """The strongest bound this run proves under its memory, over every plan it may emit: per
+    layer set (whole or pieces), the largest of total work / devices, the fill/drain bound and the
+    memory bound (`bounds.memory_bound`); the least over the layer sets."""
+    out = []
+    for pb in _emitted_problems(st):
+        fd = fill_drain(pb, max_cells=0)
+        out.append(max(lower_bound(pb.layer_work(), pb.n_microbatches), fd.bound_s, memory_bound(pb)))
+    return min(out)
 
 
 def _emitted_problems(st: TuneState) -> list[Problem]:
