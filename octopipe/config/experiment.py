@@ -249,8 +249,36 @@ class RrfpExperiment(ExperimentConfig):
                                  "real rounds")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RobustExperiment(ExperimentConfig):
+    """experiment=robust: the nominal plan against the robust plan (tuner.objective=mean) under
+    variability, evaluated on held-out seeds in the simulator and on the emulated runtime."""
+
+    multimodal: str = setting("qwen2_vl_7b", "the multimodal workload, simulated (model preset)")
+    hybrid: str = setting("nemotron_h_8b", "the hybrid workload, simulated (model preset)")
+    multimodal_emulated: str = setting("tiny_vlm", "the multimodal workload on the emulated runtime")
+    hybrid_emulated: str = setting("tiny_hybrid", "the hybrid workload on the emulated runtime")
+    pp: int = setting(8, "pipeline ranks (simulated and emulated)", ge=2, le=16)
+    microbatches: int = setting(16, "micro-batches per iteration", ge=1)
+    jitter_cvs: tuple[float, ...] = setting((0.0, 0.1, 0.3, 0.5), "compute jitter levels", ge=0, le=3)
+    straggler_cv: float = setting(0.1, "the straggler case's jitter", ge=0, le=3)
+    straggler_prob: float = setting(0.05, "the straggler case: probability per action", ge=0, le=1)
+    straggler_factor: float = setting(3.0, "the straggler case: slow-down", ge=1)
+    multimodal_seq_len_cv: float = setting(0.25, "multimodal: text length variability", ge=0, le=3)
+    multimodal_images_max: int = setting(4, "multimodal: images per sample drawn from 1..this", ge=1)
+    split_share: float = setting(0.5, "heavy layers cut into pieces up front (as experiment=rrfp)", gt=0)
+    dispatch: Literal["strict", "ready_first"] = setting("ready_first", "the dispatch both plans run with")
+    samples: int = setting(32, "the robust tuner's Monte Carlo samples per finalist", ge=2)
+    heldout: int = setting(64, "held-out simulated draws per plan (seeds other than the tuner's)", ge=2)
+    heldout_seed: int = setting(12345, "the first held-out seed", ge=0)
+    max_evaluations: int = setting(4000, "the tuner's search budget for both plans", ge=1)
+    emulated_iterations: int = setting(6, "measured iterations per emulated launch (0: no emulation)", ge=0)
+    emulated_warmup: int = setting(1, "emulated: iterations before them", ge=0)
+    emulate_step_s: float = setting(0.02, "emulated: mean per-rank F seconds of a micro-batch", gt=0)
+
+
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
     "octopipe_authors": OctoPipeAuthorsExperiment, "tabular": TabularExperiment,
     "layouts": LayoutsExperiment, "pipedream": PipeDreamExperiment, "ablation": AblationExperiment,
-    "rrfp": RrfpExperiment,
+    "rrfp": RrfpExperiment, "robust": RobustExperiment,
     "suite": ExperimentConfig, "suite_large": ExperimentConfig}

@@ -51,6 +51,13 @@ class Robust:
                                  seed=np.random.default_rng([self.seed, k])).makespan
                          for k in range(self.samples)])
 
+    def span_of(self, problem: Problem, plan: Plan, hint: str, seed) -> float:
+        """One makespan on the draws of `seed` (what the runtime draws for an iteration)."""
+        sim = Simulator(plan, problem.costs, problem.cluster)
+        policy = ReadyFirst(hint) if self.dispatch == "ready_first" else "strict"
+        return float(sim.run(policy=policy, semantics=self.semantics, jitter=self.variability(plan),
+                             seed=np.random.default_rng(seed)).makespan)
+
     def score(self, spans: np.ndarray) -> float:
         return float(spans.mean() if self.objective == "mean" else np.quantile(spans, self.quantile))
 
