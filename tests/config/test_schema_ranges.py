@@ -39,7 +39,7 @@ EXPERIMENT_PRESET = {"octopipe_authors": ["experiment=octopipe_authors"], "tabul
                      "layouts": ["experiment=layouts"],
                      "pipedream": ["experiment=pipedream"],
                      "ablation": ["experiment=ablation"],
-                     "rrfp": ["experiment=rrfp"]}
+                     "rrfp": ["experiment=rrfp"], "robust": ["experiment=robust"]}
 
 
 def _numeric(tp: Any) -> tuple[type, bool] | None:

@@ -180,8 +180,8 @@ def test_mode_execute_lets_the_tuner_split_layers_it_then_measures_piece_by_piec
         split = plan_model(model, plan)
         assert split.n_layers == model.n_layers + sum(v - 1 for v in plan.pieces.values())
         assert plan.n_layers == split.n_layers
-    else:       # measured times vary: a whole-layer baseline may beat every split plan
-        assert plan.meta["origin"].startswith("baseline"), plan.meta
+    else:       # measured times vary: a whole-layer plan (a baseline, or the whole-layer search's) may win
+        assert plan.meta["origin"].startswith(("baseline", "tuned over whole layers")), plan.meta
         assert plan.n_layers == model.n_layers
 
 
