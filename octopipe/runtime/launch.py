@@ -85,12 +85,14 @@ def interrupts_held() -> Iterator[list[bool]]:
     this thread, so processes started here inherit it blocked and never raise KeyboardInterrupt
     (the launcher stops them); one arriving in another thread only raises a flag, which the
     block sees in the list it is given (non-empty: interrupted) to stop early. Off the main
-    thread (where no handler can be set) the block runs as it is."""
+    thread (where no handler can be set) the block runs as it is. A process that started with
+    Ctrl-C ignored (a background job of a non-interactive shell, nohup) keeps ignoring it."""
     hit: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
-    previous = signal.signal(signal.SIGINT, lambda *_: hit.append(True))
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN    # started ignoring Ctrl-C: it stays so
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else lambda *_: hit.append(True))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield hit

@@ -25,9 +25,12 @@ def start(tmp_path, *extra: str) -> subprocess.Popen:
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+    # Ctrl-C at its default, as a terminal starts it: a process started with SIGINT ignored keeps
+    # ignoring it (an earlier test in this process may have left it ignored, and children inherit that)
     return subprocess.Popen([sys.executable, *TRAIN, *extra, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def steps_saved(tmp_path) -> list[str]:
