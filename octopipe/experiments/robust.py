@@ -39,10 +39,10 @@ from octopipe.modes.artifacts import json_artifact, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Result
 from octopipe.plan import Plan
+from octopipe.runtime.dispatch import variability_for
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.machine import local_cluster
-from octopipe.sim.variability import Variability, image_share
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.candidate import Problem
 from octopipe.tune.robust import Robust
@@ -100,14 +100,20 @@ def levels(ex: RobustExperiment) -> list[Level]:
     return [Level(cv, False) for cv in ex.jitter_cvs] + [Level(ex.straggler_cv, True)]
 
 
+def level_config(ex: RobustExperiment, w: Workload, level: Level) -> RuntimeConfig:
+    """The point's runtime configuration: its variability (what the tuner, the held-out
+    simulations and the emulated launches all draw from) and the emulation's settings."""
+    return RuntimeConfig(compute="emulated", dispatch=ex.dispatch, iterations=max(1, ex.emulated_iterations),
+                         warmup=ex.emulated_warmup, max_message_bytes=16384, timeout_s=600.0, stall_s=60.0,
+                         pin="false", calibrate=False, grad_check=False, jitter_cv=level.cv,
+                         straggler_prob=ex.straggler_prob if level.straggler else 0.0,
+                         straggler_factor=ex.straggler_factor, seq_len_cv=w.seq_len_cv, images_max=w.images_max)
+
+
 def variability(ex: RobustExperiment, w: Workload, level: Level):
     """The point's variability bound to a plan's stages (the image share follows its partition)."""
-    def bind(plan: Plan) -> Variability:
-        share = image_share(w.model, w.costs.f[:, 0], plan.partition) if w.images_max > 1 else ()
-        return Variability(cv=level.cv, straggler_prob=ex.straggler_prob if level.straggler else 0.0,
-                           straggler_factor=ex.straggler_factor, seq_len_cv=w.seq_len_cv,
-                           images_max=w.images_max, samples=w.model.micro_batch_size, vision_share=share)
-    return bind
+    config = level_config(ex, w, level)
+    return lambda plan: variability_for(config, w.model, w.costs, plan.partition)
 
 
 def plans(ex: RobustExperiment, w: Workload, level: Level, seed: int) -> dict[str, tuple[Plan, str]]:
@@ -132,13 +138,8 @@ def simulated(ex: RobustExperiment, w: Workload, level: Level, plan: Plan, hint:
 def emulated(ex: RobustExperiment, w: Workload, level: Level, plan: Plan, hint: str) -> tuple[np.ndarray, np.ndarray]:
     """Measured iteration times of one emulated launch, and the simulator's on the same draws
     (the runtime draws iteration i from seed (experiment seed, i))."""
-    per_stage = float(w.costs.f[:, 0].sum()) / plan.table.n_stages
-    config = RuntimeConfig(compute="emulated", dispatch=ex.dispatch, hint=hint, iterations=ex.emulated_iterations,
-                           warmup=ex.emulated_warmup, emulate_step_s=per_stage, max_message_bytes=16384,
-                           timeout_s=600.0, stall_s=60.0, pin="false", calibrate=False, grad_check=False,
-                           jitter_cv=level.cv, straggler_prob=ex.straggler_prob if level.straggler else 0.0,
-                           straggler_factor=ex.straggler_factor, seq_len_cv=w.seq_len_cv,
-                           images_max=w.images_max)
+    per_stage = float(w.costs.f[:, 0].sum()) / plan.table.n_stages      # so the emulation runs the costs as they are
+    config = replace(level_config(ex, w, level), hint=hint, emulate_step_s=per_stage)
     res = execute(Job(plan, w.model, config, seed=SEED, costs=w.costs, cluster=w.cluster))
     measured = range(ex.emulated_warmup, ex.emulated_warmup + ex.emulated_iterations)
     rb = Robust("mean", 0.9, 1, ex.dispatch, variability(ex, w, level))

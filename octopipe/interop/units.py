@@ -59,7 +59,7 @@ class Units:
 
     def aligned(self, partition: Partition) -> bool:
         """Whether every stage bound of a layer partition falls on a unit bound."""
-        return set(partition.bounds) <= set(self.bounds)
+        return not self.misaligned(partition)
 
     def misaligned(self, partition: Partition) -> list[int]:
         """The stage bounds (layer indices) that cut inside a unit."""

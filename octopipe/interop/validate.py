@@ -7,10 +7,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import warnings
 
 import tomllib
+
+from octopipe.interop.targets import placement_of
 
 
 def torch_accepts(csv_text: str, stage_to_rank: list[int], n_microbatches: int) -> str:
@@ -81,19 +82,17 @@ def stack_accepts(target: str, files: dict[str, str], n_microbatches: int, n_uni
         return torch_accepts(files["torch_schedule.csv"], doc["stage_to_rank"], n_microbatches)
     if target == "torchtitan":
         doc = json.loads(files["torchtitan.json"])
-        torch_accepts(files["torchtitan_schedule.csv"], _csv_stage_map(files["torchtitan_schedule.csv"]),
-                      n_microbatches)
+        torch_accepts(files["torchtitan_schedule.csv"], torchtitan_stage_map(doc), n_microbatches)
         return torchtitan_accepts(doc, files["torchtitan.toml"])
     if target == "megatron":
         return megatron_accepts(json.loads(files["megatron.json"]))
     return deepspeed_accepts(json.loads(files["deepspeed.json"]), files["deepspeed_parts.py"], n_units)
 
 
-def _csv_stage_map(csv_text: str) -> list[int]:
-    """Stage → rank as the CSV's rows hold the stages (torchtitan infers it the same way)."""
-    owner: dict[int, int] = {}
-    for r, row in enumerate(csv.reader(io.StringIO(csv_text))):
-        for cell in row:
-            if cell:
-                owner.setdefault(int(re.match(r"\d+", cell).group()), r)
-    return [owner[s] for s in range(len(owner))]
+def torchtitan_stage_map(doc: dict) -> list[int]:
+    """Stage → rank as torchtitan builds its stages (`_get_pp_rank_to_stage_indices_mapping`):
+    V for ZBVZeroBubble and DualPipeV, loop otherwise; the CSV must agree with it."""
+    pp = doc["pipeline_parallel_degree"]
+    chunks = len(doc["module_fqns_per_model_part"]) // pp
+    style = "v" if doc["pipeline_parallel_schedule"] in ("ZBVZeroBubble", "DualPipeV") else "loop"
+    return list(placement_of(style, pp, chunks))

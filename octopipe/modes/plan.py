@@ -8,6 +8,7 @@ artifacts; the figures become summary.json.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.table import Table
 
@@ -20,10 +21,11 @@ from octopipe.model.spec import ModelSpec
 from octopipe.modes.artifacts import compact_json_artifact, json_artifact, plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
-from octopipe.modes.targeting import case_of, free_exports, target_result
-from octopipe.plan import Plan
+from octopipe.modes.targeting import case_of, free_exports, target_result, tune_options
+from octopipe.plan import Plan, plan_model
+from octopipe.runtime.dispatch import variability_for
 from octopipe.schedule.render import bars_trace
-from octopipe.sim.variability import Variability, image_share
+from octopipe.sim.variability import Variability
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.report_md import plan_report, plan_timeline_png, sim_bars
 
@@ -41,20 +43,12 @@ def _why(name: str, attr, makespan: float) -> str:
 def plan_variability(cfg: Config, model: ModelSpec, costs: CostTable) -> Callable[[Plan], Variability] | None:
     """For tuner.objective=mean|quantile: the variability the run will see (`sim.jitter_cv` or
     `runtime.jitter_cv`, and `runtime.*`'s stragglers, slow rank, message delays, sequence
-    lengths and images per sample), bound to a plan's stages."""
+    lengths and images per sample), bound to a plan's stages as the runtime binds it."""
     if cfg.tuner.objective == "nominal":
         return None
-    r = cfg.runtime
-
-    def bind(plan: Plan) -> Variability:
-        share = (image_share(model, costs.f[:, 0], plan.partition)
-                 if r.images_max > 1 and not plan.pieces and costs.n_layers == model.n_layers else ())
-        return Variability(cv=max(cfg.sim.jitter_cv, r.jitter_cv), straggler_prob=r.straggler_prob,
-                           straggler_factor=r.straggler_factor, slow_rank=r.slow_rank,
-                           slow_rank_factor=r.slow_rank_factor, transfer_delay=r.transfer_delay,
-                           seq_len_cv=r.seq_len_cv, images_max=r.images_max if share else 0,
-                           samples=model.micro_batch_size, vision_share=share)
-    return bind
+    config = replace(cfg.runtime, jitter_cv=max(cfg.sim.jitter_cv, cfg.runtime.jitter_cv))
+    return lambda plan: variability_for(config, plan_model(model, plan), None if plan.pieces else costs,
+                                        plan.partition)
 
 
 def run(inputs: Inputs) -> Result:
@@ -66,9 +60,7 @@ def run(inputs: Inputs) -> Result:
                     f"{costs.tokens_per_microbatch} tokens"]
     case = {"model": model.name, "cluster": cluster.name, "pp": pp, "microbatches": mb,
             "seq_len": int(model.seq_len)}
-    options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=model.name,
-                          progress=inputs.interactive, splitter=inputs.splitter,
-                          variability=plan_variability(cfg, model, costs))
+    options = tune_options(inputs, plan_variability(cfg, model, costs))
     if cfg.target != "octopipe":       # what the target cannot run is refused before any search
         check_target(target_named(cfg.target), case_of(inputs, options))
     try:

@@ -69,6 +69,13 @@ def _export_artifact(name: str, text: str) -> Artifact:
     return Artifact(f"export/{name}", write)
 
 
+def tune_options(inputs: Inputs, variability=None) -> TuneOptions:
+    """The tuner's options of a run, from its config (mode=plan's, and the comparisons')."""
+    cfg = inputs.config
+    return TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed, model=inputs.model.name,
+                       progress=inputs.interactive, splitter=inputs.splitter, variability=variability)
+
+
 def case_of(inputs: Inputs, options: TuneOptions) -> TargetCase:
     cfg = inputs.config
     return TargetCase(inputs.costs, units_of(inputs), inputs.cluster, cfg.pp, cfg.microbatches, options,
@@ -183,8 +190,7 @@ def import_comparison(inputs: Inputs, imported_s: float, stack: str) -> tuple[di
     """How much faster OctoPipe's plan for the stack, and its own free plan, would run than the
     imported configuration."""
     cfg = inputs.config
-    options = TuneOptions(cfg.tuner, cfg.solver, semantics=cfg.sim.semantics, seed=cfg.seed,
-                          model=inputs.model.name, splitter=inputs.splitter)
+    options = replace(tune_options(inputs), progress=False)
     inputs.progress(f"planning for {stack} and without a stack's rules, to compare")
     out: dict = {"imported": stack, "imported_makespan_s": imported_s}
     lines = []

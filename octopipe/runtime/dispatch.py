@@ -45,9 +45,14 @@ def plain(config: RuntimeConfig) -> RuntimeConfig:
 
 def variability_of(config: RuntimeConfig, job: Job) -> Variability:
     """The jitter model `config` asks for, bound to `job`'s stages (vision shares, floor)."""
-    model, costs, partition = job.model, job.costs, job.plan.partition
-    if isinstance(model, SpecBlocks):
-        model = model.model
+    model = job.model.model if isinstance(job.model, SpecBlocks) else job.model
+    return variability_for(config, model, job.costs, job.plan.partition, 1.0 if config.compute == "real" else 0.0)
+
+
+def variability_for(config: RuntimeConfig, model, costs, partition, floor: float = 0.0) -> Variability:
+    """The jitter model of `config`'s variability fields for a plan's `partition` of `model`
+    (`costs` per layer give the vision shares; None or another layer count: equal layers); the
+    one place the runtime, the robust tuner and experiment=robust build it."""
     share: tuple[float, ...] = ()
     if config.images_max > 1 and isinstance(model, ModelSpec):
         n = model.n_layers
@@ -58,7 +63,7 @@ def variability_of(config: RuntimeConfig, job: Job) -> Variability:
                        slow_rank_factor=config.slow_rank_factor, transfer_delay=config.transfer_delay,
                        seq_len_cv=config.seq_len_cv, images_max=config.images_max,
                        samples=model.micro_batch_size if model is not None else 1,
-                       vision_share=share, floor=1.0 if config.compute == "real" else 0.0)
+                       vision_share=share, floor=floor)
 
 
 def _memory(job: Job, table: ScheduleTable) -> dict:

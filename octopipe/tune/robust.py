@@ -45,15 +45,13 @@ class Robust:
     def spans(self, problem: Problem, plan: Plan, hint: str = "table") -> np.ndarray:
         """Makespans of the `samples` draws (the same draws for every plan)."""
         sim = Simulator(plan, problem.costs, problem.cluster)
-        policy = ReadyFirst(hint) if self.dispatch == "ready_first" else "strict"
-        var = self.variability(plan)
-        return np.array([sim.run(policy=policy, semantics=self.semantics, jitter=var,
-                                 seed=np.random.default_rng([self.seed, k])).makespan
-                         for k in range(self.samples)])
+        return np.array([self._run(sim, plan, hint, (self.seed, k)) for k in range(self.samples)])
 
     def span_of(self, problem: Problem, plan: Plan, hint: str, seed) -> float:
         """One makespan on the draws of `seed` (what the runtime draws for an iteration)."""
-        sim = Simulator(plan, problem.costs, problem.cluster)
+        return self._run(Simulator(plan, problem.costs, problem.cluster), plan, hint, seed)
+
+    def _run(self, sim: Simulator, plan: Plan, hint: str, seed) -> float:
         policy = ReadyFirst(hint) if self.dispatch == "ready_first" else "strict"
         return float(sim.run(policy=policy, semantics=self.semantics, jitter=self.variability(plan),
                              seed=np.random.default_rng(seed)).makespan)
@@ -107,12 +105,10 @@ def robust_rank(finals: Sequence[Evaluated], problem_of: Callable[[Plan], Proble
         plan = replace(e.plan, meta={**e.plan.meta, "robust": {"objective": robust.objective, "score_s": s,
                                                                "hint": hint, "dispatch": robust.dispatch}})
         scored.append((s, k, replace(e, plan=plan)))
+    nominal_s = scored[0][0] if scored else None           # pool[0]: the nominal ranking's best
     scored.sort(key=lambda t: (t[0], t[1]))
-    ranked = [e for _, _, e in scored]
-    rest = [e for e in finals if e not in feasible]
+    best = scored[0] if scored else None
     record = {"objective": robust.objective, "quantile": robust.quantile, "samples": robust.samples,
-              "dispatch": robust.dispatch, "candidates": len(scored),
-              "nominal_choice_score_s": scored[[k for _, k, _ in scored].index(0)][0] if scored else None,
-              "score_s": scored[0][0] if scored else None, "hint": scored[0][2].plan.meta["robust"]["hint"]
-              if scored else None}
-    return ranked + rest, record
+              "dispatch": robust.dispatch, "candidates": len(scored), "nominal_choice_score_s": nominal_s,
+              "score_s": best[0] if best else None, "hint": best[2].plan.meta["robust"]["hint"] if best else None}
+    return [e for _, _, e in scored] + [e for e in finals if e not in feasible], record
