@@ -52,6 +52,8 @@ class RuntimeConfig:
         "auto", "compute=real: `auto` runs the selected model if it has at most max_params "
         "parameters and otherwise tiny_hybrid (and says so); a preset name forces it")
     max_params: int = setting(50_000_000, "the largest model compute=real builds as is", ge=1)
+    max_ranks: int = setting(8, "the most local processes a launch starts (mode=train's dp x tp x pp); a larger "
+                                "world runs under torchrun on several machines", ge=1)
     lr: float = setting(0.0, "SGD learning rate applied after each iteration (0: no step)", ge=0)
     calibrate: bool = setting(
         True, "compute=real: predict from costs calibrated in situ (a separate launch per "

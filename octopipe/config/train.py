@@ -29,6 +29,18 @@ class TrainConfig:
     precision: Literal["fp32", "bf16"] = setting(
         "fp32", "fp32 | bf16 (forwards under torch.autocast, fp32 master weights and optimizer)")
     pp: int = setting(2, "pipeline ranks of the training run", ge=1)
+    dp: int = setting(1, "data-parallel replicas of the pipeline (world = dp x tp x pp processes, Megatron's order: "
+                         "tp fastest, then dp, then pp); the step's micro-batches are dp x train.microbatches",
+                      ge=1)
+    tp: int = setting(1, "tensor-parallel ranks per stage (a preset's attention, MLP, MoE and vocabulary head split "
+                         "Megatron-style; a user's blocks cannot be split)", ge=1, le=64)
+    zero: int = setting(0, "1: AdamW state sharded over each stage's dp group (gradients reduce-scattered, "
+                           "parameters all-gathered after the update); needs dp > 1", ge=0, le=1)
+    recompute: Literal["none", "full", "plan"] = setting(
+        "none", "none | full: every stage keeps only its input and recomputes its forward inside its backward | "
+                "plan: the per-stage levels of train.layout's layout (full or none per stage)")
+    layout: str = setting("", "a mode=layout run directory: train its tp, pp, dp, micro-batch size and count and "
+                              "recomputation (the preset scaled down to fit this machine)")
     microbatches: int = setting(8, "micro-batches per step (gradient accumulation)", ge=1)
     dispatch: Literal["strict", "ready_first"] = setting(
         "strict", "strict: each rank runs its row in order, so a run (and a resumed run) repeats bit "
