@@ -14,6 +14,7 @@ loss.png, plan.json and schedule.csv.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.loop import TrainRun, launch_training, reference_train
+from octopipe.train.parallel import train_layout
 from octopipe.train.setup import (
     checkpoints_for,
     fingerprints,
@@ -62,11 +64,13 @@ def run(inputs: Inputs) -> Result:
                       + "; ".join(f"{x['name']} (blocks {x['blocks']}, stages {x['stages']})" for x in ties))
     n_params = params_total(s, cfg.seed)
     pp, m = s.plan.table.n_devices, s.plan.table.n_microbatches     # what runs, whatever was asked
+    layout = replace(train_layout(cfg), pp=pp)
     report.append(f"[bold]OctoPipe train[/]: {s.name} ({s.costs.n_layers} blocks, {n_params:,} parameters) on "
-                  f"{pp} ranks, plan {s.plan.table.name} (partition {list(s.plan.partition.ranges)}, "
-                  f"placement "
+                  f"{layout.world} ranks ({layout.describe()}), plan {s.plan.table.name} "
+                  f"(partition {list(s.plan.partition.ranges)}, placement "
                   f"{list(s.plan.placement)}{', split layers ' + str(dict(s.plan.pieces)) if s.plan.pieces else ''}), "
-                  f"{m} micro-batches of {s.costs.tokens_per_microbatch} tokens, {t.precision}")
+                  f"{m} micro-batches of {s.costs.tokens_per_microbatch} tokens"
+                  f"{' per replica' if layout.dp > 1 else ''}, {t.precision}")
     board = ScalarLog((inputs.run_dir or Path(tempfile.gettempdir())) / "tensorboard") if t.tensorboard else None
     with tempfile.TemporaryDirectory(prefix="octopipe-train-") as tmp, \
             weighted_progress("train", show=inputs.interactive) as update:
@@ -90,7 +94,8 @@ def run(inputs: Inputs) -> Result:
         summary_ties = {"shared_parameters": ties, "shared_copies_equal": result.tied_equal}
     else:
         summary_ties = {}
-    summary = {"status": "ok", "model": s.name, "pp": pp, "microbatches": m,
+    summary = {"status": "ok", "model": s.name, "pp": pp, "dp": layout.dp, "tp": layout.tp, "zero": int(layout.zero),
+               "world": layout.world, "microbatches": m, "global_microbatches": m * layout.dp,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start), **summary_ties}
     if spec.stream is not None:
@@ -120,7 +125,7 @@ def run(inputs: Inputs) -> Result:
                       f"losses within {mb_err:.2e}, final weights within {weight_err:.2e} (relative)")
     elif t.check_reference:
         inputs.progress("training the single-process reference")
-        ref = reference_train(s.reference_blocks, s.batches, m, s.optim, t.steps, cfg.seed,
+        ref = reference_train(s.reference_blocks, s.batches, m * layout.dp, s.optim, t.steps, cfg.seed,
                               torch.bfloat16 if t.precision == "bf16" else None)
         loss_err, weight_err = compare(result, ref, s.blocks, s.plan.pieces)
         summary.update(reference="single-process synchronous run", reference_loss_max_rel_err=loss_err,
@@ -132,7 +137,7 @@ def run(inputs: Inputs) -> Result:
                   f"({summary['loss_drop']:.0%} lower) over steps {start + 1}–{t.steps}; "
                   f"{summary['tokens_per_s']:,.0f} tokens/s"
                   + (f"; checkpoint {result.checkpoint}" if result.checkpoint else ""))
-    title = f"{s.name} on {pp} ranks ({s.plan.table.name}), {t.precision}"
+    title = f"{s.name} on {layout.world} ranks ({layout.describe()}, {s.plan.table.name}), {t.precision}"
     artifacts = (*plan_artifacts(s.plan), text_artifact("loss.csv", loss_csv(recs)),
                  Artifact("loss.png", lambda path: loss_png(path, recs, title)))
     return Result(summary, tuple(report), artifacts)

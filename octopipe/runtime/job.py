@@ -56,6 +56,16 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class DataParallel:
+    """`dp` replicas of the pipeline, their gradients averaged after each stage's last backward;
+    `zero`: AdamW state sharded over each stage's replicas (what mode=train's train.dp and
+    train.zero ask for)."""
+
+    dp: int = 1
+    zero: bool = False
+
+
+@dataclass(frozen=True)
 class Job:
     """What one launch runs: `config.warmup + config.iterations` iterations of `plan`.
 
@@ -82,6 +92,12 @@ class Job:
     autocast: str = ""                    # real compute: "" (fp32) | bfloat16 (forwards under autocast)
     init_method: str = ""                 # the process group's rendezvous ("": a free local port)
     timeout_name: str = "runtime.timeout_s"   # the setting config.timeout_s came from (for messages)
+    data_parallel: DataParallel = field(default_factory=DataParallel)
+
+    @property
+    def world(self) -> int:
+        """Processes a launch starts: pipeline ranks x replicas x TP ranks."""
+        return self.plan.table.n_devices * self.data_parallel.dp * self.config.tp
 
     @property
     def total_iterations(self) -> int:

@@ -36,7 +36,7 @@ from octopipe.runtime.dispatch import arbitration, check_arbitration
 from octopipe.runtime.emulation import emulation
 from octopipe.runtime.job import Job, Layers
 from octopipe.runtime.lifeline import rank_entry
-from octopipe.runtime.rank_job import ComputeSpec, RankJob, TensorParallelSpec, Wiring
+from octopipe.runtime.rank_job import ComputeSpec, DataParallelSpec, RankJob, TensorParallelSpec, Wiring
 from octopipe.runtime.stage import as_blocks
 from octopipe.runtime.tensor_parallel import assemble
 from octopipe.runtime.transport import choose_transport
@@ -314,14 +314,14 @@ def rank_job(job: Job, table: ScheduleTable, result_dir: str) -> RankJob:
     transport, device = choose_transport(config.backend, config.transport, config.device)
     durations = dict(emulation(job).durations) if config.compute == "emulated" else {}
     elems = dict(emulation(job).message_elems) if config.compute == "emulated" else {}
-    wiring = Wiring(table.n_devices * config.tp, job.init_method or f"tcp://127.0.0.1:{free_port()}",
+    wiring = Wiring(job.world, job.init_method or f"tcp://127.0.0.1:{free_port()}",
                     config.backend, transport, device)
     compute = ComputeSpec(config.compute, job.model if config.compute == "real" else None, job.data,
                           job.autocast, durations, elems, cpus=tuple(job.pinned or ()))
     return RankJob(job.plan.partition.ranges, table, wiring, compute,
                    TensorParallelSpec(config.tp, agree_stages(job)), arbitration(job, table, durations),
                    job.weights, config.dispatch, job.total_iterations, job.seed, config.lr, result_dir,
-                   job.fault, job.ab_strict)
+                   job.fault, job.ab_strict, DataParallelSpec(job.data_parallel.dp, job.data_parallel.zero))
 
 
 def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:
@@ -348,7 +348,11 @@ def _check(job: Job) -> ScheduleTable:
         raise ScheduleError("compute=real needs the model's layers; pass a ModelSpec or a block list")
     compute_table = check_job(job.model if config.compute == "real" else None, job.plan.partition, table)
     check_arbitration(job, compute_table, choose_transport(config.backend, config.transport, config.device)[0])
-    world = table.n_devices * config.tp
+    world = job.world
+    if job.data_parallel.dp > 1 and any(len({pl[s] for pl in table.all_placements()}) > 1
+                                        for s in range(table.n_stages)):
+        raise ScheduleError(f"data parallelism ({job.data_parallel.dp} replicas) needs a schedule without "
+                            f"replicated (Chimera) stages; choose another schedule")
     if config.backend == "nccl" and torch.cuda.device_count() < world:
         raise ScheduleError(f"backend=nccl needs a GPU per rank: the job has {world} ranks and this machine "
                             f"{torch.cuda.device_count()} GPU(s), and NCCL refuses two ranks on one GPU; use "
@@ -391,7 +395,7 @@ def execute(job: Job) -> ExecutionResult:
     """
     with tempfile.TemporaryDirectory(prefix="octopipe-run-") as tmp:
         compute_table = launch(job, tmp)
-        world = compute_table.n_devices * job.config.tp
+        world = job.world
         docs = [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=False) for r in range(world)]
     return _gather(docs, compute_table, job.total_iterations)
 

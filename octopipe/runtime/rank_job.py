@@ -12,6 +12,7 @@ from typing import Literal
 
 from octopipe.runtime.dispatch import Arbitration
 from octopipe.runtime.job import BatchSource, Fault, Layers, WeightPolicy
+from octopipe.runtime.tensor_parallel import Grid
 from octopipe.schedule.table import ScheduleTable
 
 
@@ -19,7 +20,7 @@ from octopipe.schedule.table import ScheduleTable
 class Wiring:
     """How the ranks reach each other: the process group and the message transport."""
 
-    world: int                              # processes: pipeline ranks x tp
+    world: int                              # processes: pipeline ranks x dp x tp
     init_method: str                        # tcp://host:port, or env:// under torchrun
     backend: str = "gloo"
     transport: Literal["tagged", "ordered"] = "tagged"   # resolved by `choose_transport`
@@ -51,6 +52,18 @@ class TensorParallelSpec:
 
 
 @dataclass(frozen=True)
+class DataParallelSpec:
+    """`dp` replicas of the pipeline (`Grid`'s order); replica d runs micro-batches d*m .. d*m+m-1
+    of each step. After a stage's last backward its gradients are averaged over the replicas,
+    in buckets of at most `bucket_bytes`, started at once (they overlap the rest of the row);
+    `zero`: reduce-scattered instead, each replica owning whole parameters' AdamW state."""
+
+    dp: int = 1
+    zero: bool = False
+    bucket_bytes: int = 25 * 2 ** 20
+
+
+@dataclass(frozen=True)
 class RankJob:
     """One launch as every rank sees it: the plan's partition and compute-only table, and the
     parts above; `iterations` of SGD at `lr` (0: none) unless a training loop drives the rank."""
@@ -69,6 +82,7 @@ class RankJob:
     result_dir: str = ""
     fault: Fault | None = None
     ab_strict: bool = False                 # even iterations strict, odd ones `dispatch` (`Job`)
+    data_parallel: DataParallelSpec = field(default_factory=DataParallelSpec)
 
     @property
     def model(self) -> Layers | None:
@@ -78,3 +92,12 @@ class RankJob:
     @property
     def tp(self) -> int:
         return self.tensor_parallel.tp
+
+    @property
+    def dp(self) -> int:
+        return self.data_parallel.dp
+
+    @property
+    def grid(self) -> Grid:
+        """The world's pipeline x replica x TP ranks."""
+        return Grid(self.wiring.world // (self.dp * self.tp), self.tp, self.dp)

@@ -1,7 +1,7 @@
 """Tensor parallelism inside a stage: the pp x tp grid, its checks and RRFP's agreement.
 
-World rank r is TP rank `r % tp` of pipeline rank `r // tp`; the TP ranks of one pipeline rank
-form its TP group. Within a stage the layers are the Megatron variants of
+World rank r is TP rank `r % tp` of pipeline rank `r // (dp * tp)` (`Grid`); the TP ranks of
+one pipeline rank of one data-parallel replica form its TP group. Within a stage the layers are the Megatron variants of
 `octopipe.layers.tensor_parallel`. Under ready-first dispatch the TP ranks of a stage must issue
 identical collectives in identical order, so before a task with TP collectives they `agree`: an
 all-gather of one scalar (the task each would pick, -1 for none); the task runs only if every
@@ -33,26 +33,33 @@ NONE = -1
 
 @dataclass(frozen=True)
 class Grid:
-    """`pp` pipeline ranks, each `tp` TP ranks wide."""
+    """`pp` pipeline ranks, each `tp` TP ranks wide, the pipeline repeated `dp` times. World
+    ranks in Megatron's order: tp fastest, then dp, then pp."""
 
     pp: int
     tp: int
+    dp: int = 1
 
     @property
     def world(self) -> int:
-        return self.pp * self.tp
+        return self.pp * self.dp * self.tp
 
     def coords(self, rank: int) -> tuple[int, int]:
         """(pipeline rank, TP rank) of a world rank."""
-        return rank // self.tp, rank % self.tp
+        return rank // (self.dp * self.tp), rank % self.tp
 
-    def rank(self, pipeline_rank: int, tp_rank: int) -> int:
-        return pipeline_rank * self.tp + tp_rank
+    def place(self, rank: int) -> tuple[int, int, int]:
+        """(pipeline rank, DP replica, TP rank) of a world rank."""
+        return rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp
 
-    def tp_groups(self) -> list:
-        """One process group per pipeline rank over its TP ranks (every rank creates every
-        group, in the same order, as torch requires)."""
-        return [dist.new_group([self.rank(p, t) for t in range(self.tp)]) for p in range(self.pp)]
+    def rank(self, pipeline_rank: int, tp_rank: int, replica: int = 0) -> int:
+        return (pipeline_rank * self.dp + replica) * self.tp + tp_rank
+
+    def tp_groups(self) -> dict[tuple[int, int], object]:
+        """One process group per (pipeline rank, replica) over its TP ranks (every rank creates
+        every group, in the same order, as torch requires)."""
+        return {(p, d): dist.new_group([self.rank(p, t, d) for t in range(self.tp)])
+                for p in range(self.pp) for d in range(self.dp)}
 
 
 def check_grid(model: ModelSpec | None, tp: int, pp: int, ranks: int | None = None) -> Grid:
@@ -164,6 +171,22 @@ def rank_shards(stages: Iterable, blocks: TPBlocks, seed: int,
                     _, pos0, held0 = out[key]
                     pos, held = torch.cat([pos0, pos]), torch.cat([held0, held])
                 out[key] = (shapes[of], pos, held)
+    return out
+
+
+def replicated(stages: Iterable, blocks: TPBlocks, seed: int) -> set[int]:
+    """Ids of the parameters of `stages` (StageModules built from `blocks`) that every TP rank
+    holds whole (norms, replicated layers): counted once, on TP rank 0, in a global norm."""
+    out: set[int] = set()
+    for stage in stages:
+        for j, layer in stage.layers.items():
+            whole = build_layer(blocks.model, int(j), seed)
+            sizes = {n: p.numel() for n, p in whole.named_parameters()}
+            index = shard_index(whole, blocks.model.layers[int(j)], blocks.t, blocks.tp)
+            for name, p in layer.named_parameters():
+                of, pos = index[name]
+                if len(pos) == sizes[of] and p.numel() == sizes[of]:
+                    out.add(id(p))
     return out
 
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
+from octopipe.runtime.data_parallel import GradSync, ReplicaBatches
 from octopipe.runtime.jitter import DelayedSender, Jittered
 from octopipe.runtime.messages import (
     expected_messages,
@@ -35,7 +36,6 @@ from octopipe.runtime.rank_job import RankJob
 from octopipe.runtime.stage import SyntheticBatches
 from octopipe.runtime.tensor_parallel import (
     NONE,
-    Grid,
     Round,
     TPBlocks,
     agreed,
@@ -72,12 +72,13 @@ class Rank:
         self.job, self.rank, self.control = job, rank, control
         self.dispatch = job.dispatch        # this iteration's (`RankJob.ab_strict` alternates it)
         self.table = job.table
-        self.prank, self.trank = divmod(rank, job.tp)     # pipeline rank, TP rank
+        self.grid = job.grid
+        self.prank, self.drank, self.trank = self.grid.place(rank)     # pipeline rank, DP replica, TP rank
         self.row = job.table.compact().compute_only().actions(self.prank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if job.wiring.device == "cuda" \
             else torch.device("cpu")
         self.comm_device = self.device if job.wiring.backend == "nccl" else torch.device("cpu")
-        self.tp_group = Grid(job.wiring.world // job.tp, job.tp).tp_groups()[self.prank] if job.tp > 1 else None
+        self.tp_group = self.grid.tp_groups()[(self.prank, self.drank)] if job.tp > 1 else None
         # real compute with tp > 1: this TP rank's shard of each layer (runtime/tensor_parallel.py)
         self.blocks = TPBlocks(job.model, self.trank, job.tp, self.tp_group) \
             if self.tp_group is not None and job.compute.kind == "real" else None
@@ -90,6 +91,8 @@ class Rank:
                                        job.seed, self.device, job.table.mb_replica, job.weights)
             if job.compute.data is not None or self.blocks is not None:
                 self.compute.batches = job.compute.data or SyntheticBatches(job.model, job.seed)
+            if job.dp > 1:
+                self.compute.batches = ReplicaBatches(self.compute.batches, self.drank, job.table.n_microbatches)
             self.compute.autocast = getattr(torch, job.compute.autocast) if job.compute.autocast else None
         arb = job.arbitration
         if arb.variability is not None:
@@ -104,13 +107,15 @@ class Rank:
             else None
         self.groups = replica_groups(job.table)
         # the ordered transport's pairs join TP rank t of one pipeline rank to TP rank t of another
-        self.orders = {(src * job.tp + t, dst * job.tp + t): keys
+        self.orders = {(self.grid.rank(src, t, d), self.grid.rank(dst, t, d)): keys
                        for (src, dst), keys in (pair_orders(job.table)
                                                 if job.wiring.transport == "ordered" else {}).items()
-                       for t in range(job.tp)}
+                       for d in range(job.dp) for t in range(job.tp)}
         self.pair_groups = pair_groups(self.orders)
         self.opt = torch.optim.SGD(self.compute.parameters(), lr=job.lr) \
             if job.lr > 0 and self.compute.parameters() and job.weights is None else None
+        self.grad_sync = GradSync(self.compute.copies, self.row, self.grid, self.prank, job.data_parallel,
+                                  job.table) if job.dp > 1 and job.compute.kind == "real" else None
         self.agreeing = self._agreeing()
         self.feeding = self._feeding()
         self._round: Round | None = None
@@ -318,7 +323,7 @@ class Rank:
         if dst == self.prank:
             self._local[key] = tensor
             return
-        dst = dst * self.job.tp + self.trank
+        dst = self.grid.rank(dst, self.trank, self.drank)
         if self.delayed is None:
             self.transport.send(key, tensor, dst, it)
         else:
@@ -354,8 +359,10 @@ class Rank:
         else:
             self.transport = Transport(self.rank, n_s, n_m, self.device, self.comm_device, inline)
         self.compute.start_iteration(it // 2 if self.job.ab_strict else it)
+        if self.grad_sync is not None:
+            self.grad_sync.start_iteration()
         expected = expected_messages(self.job, self.prank, self.row)
-        self.transport.post_receives(it, {k: (src * self.job.tp + self.trank, shape)
+        self.transport.post_receives(it, {k: (self.grid.rank(src, self.trank, self.drank), shape)
                                           for k, (src, shape) in expected.items()})
         self._local: dict[Key, torch.Tensor] = {}
         self._started: set[int] = set()
@@ -382,11 +389,15 @@ class Rank:
                 torch.cuda.synchronize(self.device)
             self.events.append({"it": it, "action": str(a), "start": t0, "end": time.perf_counter()})
             self._account(a, False)
+            if self.grad_sync is not None:
+                self.grad_sync.done(a)
             pending.remove(a)
             done.add(a)
         if self.delayed is not None:
             self.delayed.drain()
         self.transport.finish_sends()
+        if self.grad_sync is not None:
+            self.grad_sync.finish()
         self.compute.sync_replicas(self.groups, self.rank)
         self.events.append({"it": it, "begin": begin, "finish": time.perf_counter(),
                             "cpu_s": time.process_time() - cpu,     # every thread of this rank

@@ -27,6 +27,7 @@ from octopipe.runtime.job import Job
 from octopipe.runtime.launch import launch
 from octopipe.runtime.rank_job import RankJob
 from octopipe.runtime.stage import StageModule, as_blocks
+from octopipe.runtime.tensor_parallel import assemble, rank_shards, replicated
 from octopipe.runtime.worker import Rank, join
 from octopipe.train import checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
@@ -90,9 +91,22 @@ def _final_params(worker: Rank, names: ModelNames, replica0: bool = True) -> dic
 
 
 def _mean_loss(worker: Rank, m: int) -> float:
-    total = torch.tensor([sum(v for _, v in sorted(worker.compute.losses.items()))], dtype=torch.float64)
+    """Collective: the step's mean loss over every replica's micro-batches (a TP rank's copy of
+    the loss counted once)."""
+    mine = sum(v for _, v in sorted(worker.compute.losses.items())) if worker.trank == 0 else 0.0
+    total = torch.tensor([mine], dtype=torch.float64)
     dist.all_reduce(total)
-    return float(total) / m
+    return float(total) / (m * worker.job.dp)
+
+
+def _uncounted(worker: Rank) -> set[int]:
+    """Ids of this rank's parameters another rank counts in the global norm: those whose averaged
+    gradient every replica holds, on replicas but the first; on TP ranks but the first, the
+    parameters every TP rank holds whole."""
+    out = worker.grad_sync.counted_elsewhere() if worker.grad_sync is not None else set()
+    if worker.trank > 0:
+        out |= replicated(worker.compute.copies.values(), worker.blocks, worker.job.seed)
+    return out
 
 
 def _blocks_of(worker: Rank, stage: int) -> str:
@@ -190,15 +204,20 @@ def _train_async(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
 def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     if job.train.stream is not None:
         return _train_async(rank, job, worker, out)
-    opt = StageOptimizers(worker.compute.copies, job.train.optim, distributed=True)
+    sync = worker.grad_sync
     names = ModelNames.of(job.rank.model, job.rank.seed)
-    tied = TiedGrads(job.rank.model, job.rank.seed, job.rank.partition, worker.table, rank, worker.compute.copies)
+    tied = TiedGrads(job.rank.model, job.rank.seed, job.rank.partition, worker.table, rank, worker.compute.copies,
+                     worker.grid)
     tied.check_equal(rank)
-    opt.uncounted = tied.uncounted
+    if sync is not None:
+        sync.keep_whole({id(p) for e in tied.entries for p in e.copies})
+    opt = StageOptimizers(worker.compute.copies, job.train.optim, distributed=True,
+                          owned=sync.owned() if sync is not None else None)
+    opt.uncounted = tied.uncounted | _uncounted(worker)
     if job.train.resume:
         _restore(worker, opt, job.train.resume, names)
     table = worker.table
-    tokens = table.n_microbatches * job.rank.compute.data.batch(job.train.start, 0)["ids"].numel()
+    tokens = job.rank.dp * table.n_microbatches * job.rank.compute.data.batch(job.train.start, 0)["ids"].numel()
     losses, saved = [], job.train.resume
     worker.compute.check_finite = True
     for step in range(job.train.start, job.train.steps):
@@ -211,6 +230,8 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         if diverged is not None:        # stop before the update: the weights stay those of the last good step
             return {"diverged": diverged, "checkpoint": saved, "losses": losses, "params": {}, "events": []}
         norm = opt.step(step)
+        if sync is not None:
+            sync.gather_params()
         dt = time.perf_counter() - t0
         losses.append(loss)
         last = step + 1 == job.train.steps
@@ -223,7 +244,12 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
             _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step), "grad_norm": norm,
                           "step_s": dt, "tokens_per_s": tokens / dt, "idle_share": idle})
     copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
-    return {"losses": losses, "params": _final_params(worker, names), "tied_copies": copies,
+    if worker.blocks is not None:       # TP: this rank's shards, made whole by `gather`
+        shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.rank.seed, lambda p: p)
+        params: dict = {}
+    else:
+        shards, params = {}, _final_params(worker, names)
+    return {"losses": losses, "params": params, "param_shards": shards, "tied_copies": copies,
             "checkpoint": saved if saved != job.train.resume else "", "events": worker.events}
 
 
@@ -286,6 +312,8 @@ def gather(out: Path, world: int, checkpoint_every: int = 0) -> TrainRun:
     params: dict[str, torch.Tensor] = {}
     for d in docs:
         params.update(d["params"])
+    if any(d.get("param_shards") for d in docs):
+        params.update(assemble(d["param_shards"] for d in docs if d.get("param_shards")))
     path = out / "progress.jsonl"
     records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     copies: dict[str, list[torch.Tensor]] = {}
@@ -309,12 +337,12 @@ def launch_training(job: Job, spec: TrainSpec, result_dir: str,
     if follower:
         follower.start()
     try:
-        table = launch(job, result_dir, train_rank, partial(TrainRankJob, train=spec))
+        launch(job, result_dir, train_rank, partial(TrainRankJob, train=spec))
     finally:
         stop.set()
         if follower:
             follower.join()
-    return gather(out, table.n_devices * job.config.tp, spec.checkpoint_every)
+    return gather(out, job.world, spec.checkpoint_every)
 
 
 def _reference_model(blocks, seed: int) -> tuple[nn.Module, Callable[[dict], torch.Tensor]]:

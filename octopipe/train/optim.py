@@ -42,9 +42,10 @@ def lr_at(s: OptimSettings, step: int) -> float:
     return low + (s.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _groups(module: nn.Module, weight_decay: float) -> list[dict]:
-    decay = [p for p in module.parameters() if p.requires_grad and p.ndim >= 2]
-    flat = [p for p in module.parameters() if p.requires_grad and p.ndim < 2]
+def _groups(module: nn.Module, weight_decay: float, owned: set[int] | None = None) -> list[dict]:
+    mine = [p for p in module.parameters() if p.requires_grad and (owned is None or id(p) in owned)]
+    decay = [p for p in mine if p.ndim >= 2]
+    flat = [p for p in mine if p.ndim < 2]
     return [g for g in ({"params": decay, "weight_decay": weight_decay},
                         {"params": flat, "weight_decay": 0.0}) if g["params"]]
 
@@ -52,17 +53,20 @@ def _groups(module: nn.Module, weight_decay: float) -> list[dict]:
 class StageOptimizers:
     """AdamW per stage copy of `stages` ((replica, stage) -> module). `counted` are the copies
     whose gradients enter the global norm (one copy per stage: Chimera's replicas hold the same
-    summed gradients); `distributed` all-reduces the norm over the default process group."""
+    summed gradients); `distributed` all-reduces the norm over the default process group.
+    `owned`: ids of the parameters this rank updates (ZeRO-1: its share; None: all)."""
 
     def __init__(self, stages: dict[tuple[int, int], nn.Module], settings: OptimSettings,
-                 distributed: bool = False) -> None:
+                 distributed: bool = False, owned: set[int] | None = None) -> None:
         self.stages, self.settings, self.distributed = stages, settings, distributed
         self.counted = [c for c in sorted(stages) if c[0] == 0]
-        self.uncounted: set[int] = set()     # ids of copies of a shared parameter counted on another stage
-        self.opts = {c: torch.optim.AdamW(_groups(m, settings.weight_decay), lr=settings.lr,
-                                          betas=(settings.beta1, settings.beta2), eps=settings.eps,
-                                          foreach=False)
-                     for c, m in stages.items() if any(p.requires_grad for p in m.parameters())}
+        # ids of parameters counted elsewhere: a shared parameter's other copies, another
+        # replica's or TP rank's copy of the same values
+        self.uncounted: set[int] = set()
+        groups = {c: _groups(m, settings.weight_decay, owned) for c, m in stages.items()}
+        self.opts = {c: torch.optim.AdamW(g, lr=settings.lr, betas=(settings.beta1, settings.beta2),
+                                          eps=settings.eps, foreach=False)
+                     for c, g in groups.items() if g}
 
     def _counted_params(self) -> list[nn.Parameter]:
         return [p for c in self.counted for p in self.stages[c].parameters()

@@ -31,7 +31,7 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.runtime.dispatch import plain
-from octopipe.runtime.job import Job
+from octopipe.runtime.job import DataParallel, Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
@@ -41,6 +41,7 @@ from octopipe.train.checkpoint_dir import Claim, claim
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
+from octopipe.train.parallel import check_model, train_layout
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
@@ -187,7 +188,9 @@ def check_resume_tensors(path: str, blocks, seed: int) -> None:
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
     """Everything a training run needs, built once (errors before any rank starts)."""
     check_async(cfg, None)
+    layout = train_layout(cfg)
     blocks, name, note = blocks_for(cfg)
+    check_model(cfg, layout, blocks.model if isinstance(blocks, SpecBlocks) else None)
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
         note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
                                           f"partition (train.plan=tuned does not apply)") if x)
@@ -302,11 +305,12 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
     blocks, the training's dispatch and time limit) and the training it runs."""
     t = cfg.train
     if cfg.runtime.tp != 1:
-        raise ConfigError(f"runtime.tp={cfg.runtime.tp}: mode=train runs pipeline ranks only; use "
+        raise ConfigError(f"runtime.tp={cfg.runtime.tp}: mode=train's tensor parallelism is train.tp; use "
                           "runtime.tp=1")
+    layout = train_layout(cfg)
     # the training loop runs the table as planned: no hint, caps or jitter (`plain`), as before
     runtime = replace(plain(cfg.runtime), dispatch=t.dispatch, compute="real", lr=0.0, warmup=0, iterations=1,
-                      timeout_s=t.timeout_s)
+                      timeout_s=t.timeout_s, tp=layout.tp)
     meta, stream, weights, batches = fingerprints(s, cfg.seed), None, None, s.batches
     plan = s.plan
     if rule_of(cfg) is not None:
@@ -316,9 +320,10 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
         meta["streams"] = [[x.start, x.steps] for x in (*streams_before(cfg, s), stream)]
         weights = WeightStash(sched, s.optim.lr)
         batches = StreamBatches(s.batches, stream.microbatches, start)
-    job = Job(plan, s.blocks, runtime, cfg.seed, weights=weights, data=batches,
+    layers = s.blocks.model if layout.tp > 1 and isinstance(s.blocks, SpecBlocks) else s.blocks
+    job = Job(plan, layers, runtime, cfg.seed, weights=weights, data=batches,
               autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method,
-              timeout_name="train.timeout_s")
+              timeout_name="train.timeout_s", data_parallel=DataParallel(layout.dp, layout.zero))
     spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every if checkpoints else 0,
                      str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)

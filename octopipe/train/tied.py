@@ -82,17 +82,28 @@ class TiedGrads:
     """A rank's copies of every parameter held by several stages, and a process group per
     parameter over the ranks holding it (created collectively, on every rank in one order)."""
 
-    def __init__(self, blocks, seed: int, partition, table, rank: int, copies: dict) -> None:
+    def __init__(self, blocks, seed: int, partition, table, rank: int, copies: dict, grid=None) -> None:
+        """`rank`: this process's world rank; `grid` (runtime.tensor_parallel.Grid; None: one
+        rank per pipeline rank) maps pipeline ranks to world ranks: the copies of a data-parallel
+        replica (TP rank) are summed within it, a group per replica."""
+        here = grid.place(rank) if grid is not None else (rank, 0, 0)
+        world = (lambda d: grid.rank(d, here[2], here[1])) if grid is not None else (lambda d: d)
         holders = {}       # stage -> (device, replica) of the copy whose gradient counts
         for d in range(table.n_devices):
             for r, s in table.replica_stages_of(d):
                 holders[s] = min(holders.get(s, (d, r)), (d, r))
         self.entries: list[_Entry] = []
         self.uncounted: set[int] = set()
+        rank = here[0]
         for tie, stages in cross_stage_ties(blocks, seed, partition):
-            ranks = tuple(sorted({d for d in range(table.n_devices)
-                                  for _, s in table.replica_stages_of(d) if s in stages}))
-            group = dist.new_group(list(ranks)) if len(ranks) > 1 else None
+            devices = sorted({d for d in range(table.n_devices) for _, s in table.replica_stages_of(d) if s in stages})
+            ranks = tuple(world(d) for d in devices)
+            group = None
+            if len(ranks) > 1:      # every process creates every replica's group, in one order
+                every = [(k, t) for k in range(grid.dp if grid else 1) for t in range(grid.tp if grid else 1)]
+                made = {(k, t): dist.new_group([grid.rank(d, t, k) if grid else d for d in devices])
+                        for k, t in every}
+                group = made[(here[1], here[2])]
             mine, adding = [], []
             for (r, s), mod in sorted(copies.items()):
                 if s not in stages:

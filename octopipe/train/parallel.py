@@ -1,0 +1,65 @@
+"""The training's parallel layout (train.dp x train.tp x train.pp), checked before any process
+starts: one line naming the field and the fix for each thing the run cannot do."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from octopipe.config.schema import Config
+from octopipe.errors import ConfigError
+from octopipe.layers.tensor_parallel import tp_problem
+from octopipe.model.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class TrainLayout:
+    """`dp` replicas of a `pp`-rank pipeline whose stages are `tp` ranks wide; `zero`: AdamW state
+    sharded over each stage's replicas."""
+
+    pp: int
+    dp: int = 1
+    tp: int = 1
+    zero: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.dp * self.tp
+
+    def describe(self) -> str:
+        parts = [f"dp {self.dp}" if self.dp > 1 else "", f"tp {self.tp}" if self.tp > 1 else "", f"pp {self.pp}"]
+        return " x ".join(p for p in parts if p) + (" (ZeRO-1)" if self.zero else "")
+
+
+def train_layout(cfg: Config) -> TrainLayout:
+    """The layout train.* asks for, refused in one line when the local launch cannot run it."""
+    t = cfg.train
+    layout = TrainLayout(t.pp, t.dp, t.tp, bool(t.zero))
+    if layout.zero and layout.dp < 2:
+        raise ConfigError(f"train.zero=1 shards AdamW state over data-parallel replicas, and train.dp={t.dp}; "
+                          f"set train.dp >= 2 or train.zero=0")
+    if layout.world > cfg.runtime.max_ranks:
+        raise ConfigError(f"train.dp={t.dp} x train.tp={t.tp} x train.pp={t.pp} = {layout.world} processes, more "
+                          f"than runtime.max_ranks={cfg.runtime.max_ranks} on this machine; lower them, raise "
+                          f"runtime.max_ranks, or run under torchrun on several machines (docs/training.md)")
+    return layout
+
+
+def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None) -> None:
+    """What the layout needs of the model and the run: TP splits a preset's layers (`model`
+    None: a user's blocks, which it cannot split), every split width divisible by tp; TP runs
+    write no checkpoint; asynchronous schedules run one pipeline."""
+    t = cfg.train
+    if layout.tp > 1:
+        if model is None:
+            raise ConfigError(f"train.tp={t.tp}: a user's blocks (model.factory or model.hf) cannot be split "
+                              f"across TP ranks (TP needs layers it can split: a preset's attention, MLP, MoE "
+                              f"and head); use train.tp=1, or train a preset (train.model=<preset>)")
+        if model.layers and model.layers[0].hidden % layout.tp:
+            raise ConfigError(f"train.tp={t.tp} does not divide {model.name}'s hidden size "
+                              f"{model.layers[0].hidden}; choose a divisor")
+        for spec in model.layers:
+            problem = tp_problem(spec, layout.tp, model.vocab)
+            if problem is not None:
+                raise ConfigError(f"train.{problem} of {model.name}; choose a tp that divides it")
+        if t.checkpoint_every or t.resume:
+            raise ConfigError(f"train.tp={t.tp}: checkpoints hold whole tensors, and a TP run's ranks hold "
+                              f"slices; set train.checkpoint_every=0 and train.resume=\"\" (or train.tp=1)")

@@ -1,0 +1,109 @@
+"""Data and tensor parallelism in training: dp replicas x tp ranks x pp stages train the model the
+single-process reference trains on the same global batch (its own code path: the whole model in
+one process, the same data and AdamW)."""
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+
+from octopipe.config.presets import preset
+from octopipe.config.runtime import RuntimeConfig
+from octopipe.model.build import build_model
+from octopipe.model.user_module import UserBlocks, check_blocks
+from octopipe.runtime.data_parallel import ReplicaBatches, buckets, owners
+from octopipe.runtime.job import DataParallel, Job
+from octopipe.runtime.stage import SpecBlocks
+from octopipe.runtime.tensor_parallel import Grid
+from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.loop import TrainSpec, launch_training, reference_train
+from octopipe.train.summary import compare
+from tests.train.helpers import OPTIM, ROOT, batches, gpt, named_plan
+
+STEPS, M = 4, 2
+
+
+def test_megatron_rank_order_tp_fastest_then_dp_then_pp():
+    g = Grid(pp=2, tp=2, dp=3)
+    assert g.world == 12
+    assert [g.place(r) for r in range(4)] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+    assert g.place(6) == (1, 0, 0)
+    assert all(g.rank(*((p := g.place(r))[0], p[2], p[1])) == r for r in range(g.world))
+
+
+def test_zero_deals_whole_parameters_to_the_least_loaded_replica():
+    assert owners([10, 3, 3, 3, 1, 2], 2) == [0, 1, 1, 1, 1, 0]
+    assert owners([5], 3) == [0]
+    # the last parameters first, a bucket never above the limit unless one parameter is
+    assert buckets([4, 4, 4, 10], 4, 32) == [[3], [2, 1], [0]]
+    assert sorted(k for b in buckets([1] * 7, 4, 8) for k in b) == list(range(7))
+
+
+def test_a_replica_reads_its_share_of_the_global_batch():
+    class Source:
+        def batch(self, it, mb):
+            return (it, mb)
+    assert [ReplicaBatches(Source(), 1, 3).batch(5, k) for k in range(3)] == [(5, 3), (5, 4), (5, 5)]
+
+
+def _run(blocks, plan, data, dp=1, zero=False, tp=1, dispatch="strict"):
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(plan, blocks, RuntimeConfig(dispatch=dispatch, tp=tp, timeout_s=240, stall_s=120), data=data,
+                  data_parallel=DataParallel(dp, zero))
+        return launch_training(job, TrainSpec(OPTIM, STEPS), d)
+
+
+CASES = [("gpt", "1f1b", False, "strict"),
+         ("tied", "interleaved", True, "ready_first")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,schedule,zero,dispatch", CASES)
+def test_pp2_dp2_trains_the_single_process_model(model, schedule, zero, dispatch):
+    """pp = 2 x dp = 2 (4 processes), with and without ZeRO-1 (a parameter shared by two
+    stages in the ZeRO case): losses within 1e-5 of the reference on the global batch."""
+    if model == "gpt":
+        blocks = gpt()
+    else:
+        blocks = check_blocks(UserBlocks(f"{ROOT}/tests/train/shared_models.py:tied", 16, 2, 256))
+    data = batches(16, 2)
+    run = _run(blocks, named_plan(schedule, blocks.n_blocks, 2, M), data, dp=2, zero=zero, dispatch=dispatch)
+    ref = reference_train(blocks, data, 2 * M, OPTIM, STEPS)
+    loss_err, weight_err = compare(run, ref, blocks, {})
+    assert loss_err <= 1e-5 and weight_err <= 1e-4, (loss_err, weight_err)
+    if model == "tied":
+        assert run.tied_equal is True
+
+
+@pytest.mark.slow
+def test_pp2_tp2_trains_tiny_hybrid_like_one_process():
+    model = build_model(preset("model", "tiny_hybrid"))
+    assert model.vocab >= 256        # byte tokens
+    data = TokenBatches(load_corpus(""), model.seq_len, model.micro_batch_size, seed=0)
+    plan = named_plan("1f1b", model.n_layers, 2, M)
+    run = _run(model, plan, data, tp=2)
+    ref = reference_train(SpecBlocks(model), data, M, OPTIM, STEPS)
+    loss_err, weight_err = compare(run, ref, SpecBlocks(model), {})
+    assert set(run.params) == set(ref.params)       # every TP slice put back together
+    assert loss_err <= 1e-5 and weight_err <= 1e-4, (loss_err, weight_err)
+
+
+REFUSALS = [
+    (["train.zero=1"], "train.zero=1 shards AdamW state"),
+    (["train.dp=2", "train.tp=2", "train.pp=3"], "train.dp=2 x train.tp=2 x train.pp=3 = 12 processes"),
+    (["train.tp=2"], "train.tp=2: a user's blocks"),
+    (["train.model=tiny_hybrid", "train.tp=3"], "train.tp=3 does not divide"),
+    (["train.model=tiny_hybrid", "train.tp=2", "train.checkpoint_every=1"], "train.tp=2: checkpoints"),
+    (["train.dp=2", "schedule=pipedream", "train.microbatches=4"], "train.dp=2: schedule=pipedream"),
+    (["runtime.tp=2"], "runtime.tp=2: mode=train's tensor parallelism is train.tp"),
+]
+
+
+@pytest.mark.parametrize("args,message", REFUSALS)
+def test_a_layout_the_run_cannot_train_is_one_line_before_any_process(args, message, tmp_path, capsys,
+                                                                       monkeypatch):
+    from tests.reliability.cli import run_in_process
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process(["mode=train", "train.steps=1", f"hydra.run.dir={tmp_path}",
+                                *args], capsys)
+    assert code == 2 and len(err) == 1 and message in err[0], err
