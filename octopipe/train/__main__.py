@@ -1,11 +1,13 @@
 """torchrun entry: `torchrun --nproc-per-node=N -m octopipe.train [key=value ...]`.
 
 The overrides are mode=train's (`model=module model.factory=...`, `train.steps=...`,
-`train.pp` must equal the number of processes); `hydra.run.dir=DIR` chooses where
+train.dp x train.tp x train.pp must equal the number of processes); `hydra.run.dir=DIR` chooses where
 summary.json, loss.csv, loss.png and plan.json go (default runs/torchrun/<date>_<time>). Rank 0
 profiles and plans, every rank receives the same setup, then each runs its row of the plan.
-Several machines: add torchrun's --nnodes, --node-rank and --rdzv-backend/--rdzv-endpoint flags;
-on GPUs pass runtime.backend=nccl (one GPU per rank) or runtime.device=cuda with gloo.
+Several machines: add torchrun's --nnodes, --rdzv-backend=c10d, --rdzv-endpoint=HOST:PORT and
+--rdzv-id flags, with hydra.run.dir on a file system every machine shares (each rank writes its
+results there, as checkpoints do); on GPUs pass runtime.backend=nccl (one GPU per rank) or
+runtime.device=cuda with gloo.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch.distributed as dist
@@ -65,9 +68,12 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError("python -m octopipe.train is torchrun's entry; run it under torchrun, "
                               "or use python -m octopipe.run mode=train")
         cfg = _config(argv)
-        if cfg.train.pp != world:
-            raise ConfigError(f"train.pp={cfg.train.pp} but torchrun started {world} processes; set "
-                              f"--nproc-per-node x --nnodes = train.pp")
+        t = cfg.train
+        if t.dp * t.tp * t.pp != world:
+            raise ConfigError(f"train.dp={t.dp} x train.tp={t.tp} x train.pp={t.pp} = {t.dp * t.tp * t.pp} processes "
+                              f"but torchrun started {world}; set --nproc-per-node x --nnodes to their product")
+        # the local limit does not bound torchrun's world, which may span machines
+        cfg = replace(cfg, runtime=replace(cfg.runtime, max_ranks=max(world, cfg.runtime.max_ranks)))
         dist.init_process_group(cfg.runtime.backend, init_method="env://")
         s, start, claim = _prepare(cfg, rank, out)
         ranks = out / "ranks"
@@ -90,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
         if rank == 0:
             run = gather(ranks, world, spec.checkpoint_every)
             summary = {"status": "ok", "mode": "train", "launcher": "torchrun", "model": s.name,
-                       "pp": world, "plan": s.plan.table.name, **figures(run, cfg.train.steps, start)}
+                       "pp": t.pp, "dp": t.dp, "tp": t.tp, "zero": t.zero, "world": world,
+                       "plan": s.plan.table.name, **figures(run, cfg.train.steps, start)}
             write_json(out / "summary.json", summary)
             write_text(out / "loss.csv", loss_csv(run.records))
             write_text(out / "plan.json", json.dumps(plan_to_doc(s.plan), indent=1) + "\n")

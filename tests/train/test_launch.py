@@ -5,6 +5,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from octopipe.runtime.tensor_parallel import free_port
 from tests.reliability.cli import run_in_process
 from tests.train.helpers import ROOT
 
@@ -44,3 +47,33 @@ def test_torchrun_two_ranks(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["launcher"] == "torchrun" and s["steps"] == 3 and s["plan"] == "1f1b"
     assert s["final_loss"] < s["initial_loss"]
+
+
+def _losses(path) -> list[float]:
+    return [float(line.split(",")[1]) for line in path.read_text().splitlines()[1:]]
+
+
+@pytest.mark.slow
+def test_two_torchrun_agents_train_dp2_pp2_as_the_local_launch(tmp_path):
+    """Two torchrun agents on this machine stand in for two nodes (c10d rendezvous on
+    127.0.0.1): dp = 2 x pp = 2 gives the local launch's losses."""
+    args = [*SMALL, "train.microbatches=2", "train.steps=3", "train.plan=schedule", "schedule=1f1b", "train.dp=2",
+            "train.pp=2"]
+    port = free_port()
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+                                f"--node-rank={n}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                "--rdzv-id=octopipe-test", "-m", "octopipe.train", *args,
+                                f"hydra.run.dir={tmp_path / 'torchrun'}"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for n in range(2)]
+    for a in agents:
+        _, err = a.communicate(timeout=300)
+        assert a.returncode == 0, err[-2000:]
+    local = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", *args,
+                            f"hydra.run.dir={tmp_path / 'local'}"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300)
+    assert local.returncode == 0, local.stderr[-2000:]
+    s = json.loads((tmp_path / "torchrun" / "summary.json").read_text())
+    assert (s["world"], s["dp"], s["pp"]) == (4, 2, 2)
+    a, b = _losses(tmp_path / "torchrun" / "loss.csv"), _losses(tmp_path / "local" / "loss.csv")
+    assert len(a) == len(b) == 3 and max(abs(x - y) / abs(y) for x, y in zip(a, b)) <= 1e-6, (a, b)
