@@ -33,10 +33,11 @@ from octopipe.train.setup import (
     shared_parameters,
     start_step,
     streams_before,
+    train_cluster,
     train_job,
 )
 from octopipe.train.stream import replay_training
-from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
+from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err, step_prediction
 from octopipe.train.tensorboard import ScalarLog
 
 
@@ -110,6 +111,14 @@ def run(inputs: Inputs) -> Result:
                       f"(clipped by the stage's own norm); weight versions held per stage "
                       f"{held}")
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
+    if spec.stream is None:
+        summary.update(step_prediction(s, layout, result, train_cluster(cfg), t.dispatch))
+        waits = [e["dp_wait_s"] for ev in result.events for e in ev if "dp_wait_s" in e]
+        if waits:       # the last step's wait for the gradient sync after the row: what it did not overlap
+            summary["dp_sync_exposed_s"] = max(waits)
+        report.append(f"pipeline iteration: {summary['measured_iteration_s']:.3f} s measured (median; the step "
+                      f"with AdamW {summary['measured_step_s']:.3f} s), {summary['predicted_iteration_s']:.3f} s "
+                      f"simulated ({layout.world} ranks sharing {summary['cores']} cores)")
     if t.check_reference and spec.stream is not None:
         inputs.progress("replaying the asynchronous streams in one process")
         ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg, s), spec.stream], s.batches,

@@ -16,6 +16,7 @@ only) and checkpoint names unchanged.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -100,6 +101,8 @@ class GradSync:
 
     def start_iteration(self) -> None:
         self.left, self.pending = dict(self.work), []
+        self.started: dict[int, float] = {}     # stage -> when its sync started (perf_counter)
+        self.wait_s = 0.0                       # the iteration's wait for syncs at its end: exposed
 
     def owned(self) -> set[int]:
         """Ids of the parameters whose AdamW state this replica holds (all of them without ZeRO)."""
@@ -129,6 +132,7 @@ class GradSync:
         return seg, max(1, max(sum(ps[k].numel() for k in ks) for ks in seg))
 
     def _start(self, s: int) -> None:
+        self.started[s] = time.perf_counter()
         ps, group = self.params[s], self.group[s]
         whole = [k for k, o in enumerate(self.owner[s]) if not self.spec.zero or o == -1]
         for bucket in buckets([ps[k].numel() for k in whole], ps[0].element_size(), self.spec.bucket_bytes):
@@ -150,6 +154,7 @@ class GradSync:
     def finish(self) -> None:
         """Wait for every sync; each gradient becomes the replicas' average (ZeRO: only the
         owned ones; the others are dropped)."""
+        t0 = time.perf_counter()
         for s, idx, flat, work in self.pending:
             work.wait()
             flat.div_(self.dp)
@@ -163,6 +168,7 @@ class GradSync:
                     if self.owner[s][k] not in (-1, self.replica):
                         p.grad = None
         self.pending = []
+        self.wait_s = time.perf_counter() - t0
 
     @torch.no_grad()
     def gather_params(self) -> None:

@@ -403,7 +403,9 @@ class Rank:
                             "cpu_s": time.process_time() - cpu,     # every thread of this rank
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
-                            "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks})
+                            "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks,
+                            **({"dp_sync_start": dict(self.grad_sync.started), "dp_wait_s": self.grad_sync.wait_s}
+                               if self.grad_sync is not None else {})})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})

@@ -149,6 +149,15 @@ def _idle_shares(worker: Rank, rank: int, step: int, dt: float) -> list[float]:
     return [round(float(x), 6) for x in shares]
 
 
+def _iteration_wall(worker: Rank, step: int) -> float:
+    """Collective: step `step`'s pipeline iteration, from the first rank's start to the last
+    rank's end (the ranks share one clock: they run on one machine, or the spread is theirs)."""
+    marks = [e for e in worker.events if e.get("it") == step and "begin" in e]
+    v = torch.tensor([-marks[0]["begin"], marks[0]["finish"]], dtype=torch.float64)
+    dist.all_reduce(v, op=dist.ReduceOp.MAX)
+    return float(v[0] + v[1])
+
+
 def _record(out: Path, rec: dict) -> None:
     with open(out / "progress.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -240,9 +249,10 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
                                         job.train.meta,
                                           {"plan.json": job.train.plan_json} if job.train.plan_json else None))
         idle = _idle_shares(worker, rank, step, dt)
+        wall = _iteration_wall(worker, step)
         if rank == 0:
             _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step), "grad_norm": norm,
-                          "step_s": dt, "tokens_per_s": tokens / dt, "idle_share": idle})
+                          "step_s": dt, "iteration_s": wall, "tokens_per_s": tokens / dt, "idle_share": idle})
     copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
     if worker.blocks is not None:       # TP: this rank's shards, made whole by `gather`
         shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.rank.seed, lambda p: p)

@@ -2,6 +2,7 @@
 comparison with the single-process reference."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from octopipe.layers.pieces import pieces_state_dict
 from octopipe.report.figures import pyplot, save
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.train.loop import TrainRun
+from octopipe.train.work import predicted_step
 
 
 def rel_err(a: float, b: float) -> float:
@@ -36,6 +38,23 @@ def figures(run: TrainRun, steps: int, start: int) -> dict:
     return {"start_step": start, "steps": steps, "initial_loss": run.losses[0], "final_loss": run.losses[-1],
             "loss_drop": 1.0 - run.losses[-1] / run.losses[0], "tokens_per_s": float(np.median(speeds)),
             "checkpoint": run.checkpoint or None}
+
+
+def step_prediction(s, layout, run: TrainRun, cluster, dispatch: str) -> dict:
+    """The simulator's iteration time for the run (`work.predicted_step`) beside the measured one
+    (median over the steps after the first of the pipeline iteration, first rank in to last rank
+    out; a step adds the optimizer and the health checks to it)."""
+    recs = run.records
+    steps = [r["step_s"] for r in recs[1:]] or [r["step_s"] for r in recs]
+    walls = [r["iteration_s"] for r in recs[1:] if "iteration_s" in r] or \
+        [r["iteration_s"] for r in recs if "iteration_s" in r]
+    iteration = float(np.median(walls)) if walls else float("nan")
+    cores = os.cpu_count() or 1
+    predicted = predicted_step(s.plan, s.costs, cluster, layout, dispatch, cores)
+    return {"measured_step_s": float(np.median(steps)) if steps else float("nan"),
+            "measured_iteration_s": iteration, "predicted_iteration_s": predicted,
+            "prediction_rel_err": abs(predicted - iteration) / iteration if iteration > 0 else None,
+            "cores": cores}
 
 
 def loss_csv(records: list[dict]) -> str:

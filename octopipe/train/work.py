@@ -13,10 +13,13 @@ import torch
 
 from octopipe.cluster import Cluster
 from octopipe.config.schema import Config
+from octopipe.cost.collectives import all_gather_seconds, dp_sync_seconds, reduce_scatter_seconds
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
+from octopipe.measure.sharing import makespan
 from octopipe.plan import Plan
-from octopipe.sim.simulator import simulate
+from octopipe.sim.durations import with_grad_sync
+from octopipe.sim.simulator import Simulator, simulate
 
 STATE_BYTES = 16.0
 """fp32 weights, their gradients and AdamW's two moments, per parameter."""
@@ -70,6 +73,33 @@ def step_seconds(plan: Plan, costs: CostTable, cluster: Cluster) -> tuple[float,
     """The plan's predicted step time and per-rank peak memory on the profiled costs."""
     sim = simulate(plan, costs, cluster)
     return float(sim.makespan), np.asarray(sim.peak_memory, dtype=np.float64)
+
+
+def sync_seconds(plan: Plan, costs: CostTable, cluster: Cluster, dp: int, zero: bool, tp: int = 1) -> np.ndarray:
+    """[S] seconds of each stage's gradient sync over `dp` replicas on the machine's link: an
+    all-reduce of its fp32 gradients (ZeRO-1: a reduce-scatter, then an all-gather of fp32
+    weights), a TP rank's share of them."""
+    out = np.zeros(len(plan.partition))
+    for s, (lo, hi) in enumerate(plan.partition.ranges):
+        params = float(costs.params[lo:hi].sum()) / tp
+        link = cluster.intra_link
+        out[s] = dp_sync_seconds(params, dp, link) if not zero else \
+            reduce_scatter_seconds(4.0 * params, dp, link) + all_gather_seconds(4.0 * params, dp, link)
+    return out
+
+
+def predicted_step(plan: Plan, costs: CostTable, cluster: Cluster, layout, dispatch: str, cores: int) -> float:
+    """The simulator's iteration time of a training run on this machine: the plan on the profiled
+    costs, its ranks sharing `cores` (`measure.sharing`: each replica's TP ranks with its share
+    of the cores), plus what each stage's gradient sync over the replicas leaves exposed after
+    its last backward. `layout`: train.parallel.TrainLayout."""
+    sim = Simulator(plan, costs, cluster)
+    exposed = 0.0
+    if layout.dp > 1:
+        bare = float(sim.run(policy=dispatch).makespan)
+        sync = sync_seconds(plan, costs, cluster, layout.dp, layout.zero, layout.tp)
+        exposed = float(sim.run(with_grad_sync(sim.durations, sync), policy=dispatch).makespan) - bare
+    return makespan(plan, costs, cluster, dispatch, cores / (layout.dp * layout.tp), 0.0) + exposed
 
 
 def check_training(cfg: Config, plan: Plan, costs: CostTable, cluster: Cluster,
