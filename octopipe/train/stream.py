@@ -79,9 +79,12 @@ def check_async(cfg: Config, start: int | None = 0) -> None:
     if rule is Rule.TWO_BW and t.microbatches % t.pp:
         raise ConfigError(f"train.microbatches={t.microbatches}: pipedream_2bw's window W = train.pp = {t.pp} must "
                           f"divide it (one update per window); set train.microbatches to a multiple of {t.pp}")
-    if cfg.runtime.tp > 1 or t.tp > 1:
-        raise ConfigError(f"train.tp={max(t.tp, cfg.runtime.tp)}: schedule={name} trains one rank per stage (no "
-                          f"tensor parallelism); set train.tp=1")
+    if cfg.runtime.tp > 1:
+        raise ConfigError(f"runtime.tp={cfg.runtime.tp}: schedule={name} trains one rank per stage (no tensor "
+                          f"parallelism); set runtime.tp=1")
+    if t.tp > 1:
+        raise ConfigError(f"train.tp={t.tp}: schedule={name} trains one rank per stage (no tensor parallelism); "
+                          f"set train.tp=1")
     if t.dp > 1:
         raise ConfigError(f"train.dp={t.dp}: schedule={name} trains one asynchronous pipeline (its replicas' "
                           f"weight versions would part); set train.dp=1")
