@@ -119,3 +119,23 @@ def test_a_layout_the_run_cannot_train_is_one_line_before_any_process(args, mess
     code, err = run_in_process(["mode=train", "train.steps=1", f"hydra.run.dir={tmp_path}",
                                 *args], capsys)
     assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.slow
+def test_a_zero_checkpoint_resumes_bit_for_bit_on_its_layout_and_on_one_replica(tmp_path, capsys, monkeypatch):
+    """ZeRO-1 replicas each save the AdamW state they own under the model's names; the checkpoint
+    continues on the same layout and on one pipeline of the same global batch."""
+    from tests.reliability.cli import run_in_process
+    monkeypatch.chdir(ROOT)
+    base = ["mode=train", "train.pp=2", "train.plan=schedule", "schedule=1f1b", "train.steps=3"]
+    dp2 = [*base, "train.dp=2", "train.zero=1", "train.microbatches=2"]
+    code, err = run_in_process([*dp2, "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'a'}"], capsys)
+    assert code == 0, err
+    ckpt = tmp_path / "a" / "checkpoints" / "step_000002"
+    runs = {"same": dp2, "one": [*base, "train.microbatches=4"]}
+    for key, args in runs.items():
+        code, err = run_in_process([*args, f"train.resume={ckpt}", f"hydra.run.dir={tmp_path / key}"], capsys)
+        assert code == 0, err
+    last = {k: (tmp_path / k / "loss.csv").read_text().splitlines()[-1] for k in ("a", "same", "one")}
+    assert last["same"].split(",")[:2] == last["a"].split(",")[:2]       # step and loss, to the bit
+    assert abs(float(last["one"].split(",")[1]) / float(last["a"].split(",")[1]) - 1) <= 1e-6
