@@ -13,7 +13,7 @@ stage sums from the same layers. `Calibration.costs_for(table)` gives the simula
 the actions that table uses: a table that runs B gets I + W = the calibrated B. The first stage
 has no input gradient, so the runtime's I there does nothing and its W does the whole backward;
 the fit reads that stage's I + W as its split backward and `costs_for` moves the first stage's
-I into its W. Shared cores are modelled in `sharing.py`.
+I into its W. Shared cores are modelled in `octopipe.sim.core_sharing`.
 
 The calibration run is never one of the runs being predicted. Schedules of `c` stages per rank
 (interleaved, ZB-V) and plans with uneven stages (a tuned plan) are predicted from a calibration of
@@ -29,7 +29,6 @@ import numpy as np
 
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
@@ -37,6 +36,7 @@ from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
+from octopipe.sim.core_sharing import concurrency, fit_background, makespan, stretch
 
 KINDS = ("F", "I", "W", "B")
 
@@ -167,7 +167,7 @@ class Calibration:
     b: np.ndarray
     observed: dict[int, dict[str, float]] = field(default_factory=dict)
     partition: tuple[tuple[int, int], ...] = ()
-    cores: float | None = None     # None: the times as observed; else per-core times (`sharing.py`)
+    cores: float | None = None     # None: the times as observed; else per-core times (`octopipe.sim.core_sharing`)
     background: float = 0.0
     pinned: tuple[int, ...] | None = None   # each rank's core when ranks are pinned
     name: str = ""                  # the calibration table that was run (`calibrate` sets it)

@@ -23,9 +23,11 @@ from octopipe.modes.artifacts import plan_artifacts, text_artifact
 from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
+from octopipe.train.checkpoint_dir import Claim
 from octopipe.train.loop import TrainRun, launch_training, reference_train
 from octopipe.train.parallel import train_layout
 from octopipe.train.setup import (
+    Setup,
     checkpoints_for,
     fingerprints,
     params_total,
@@ -41,13 +43,9 @@ from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err
 from octopipe.train.tensorboard import ScalarLog
 
 
-def run(inputs: Inputs) -> Result:
-    cfg = inputs.config
-    t = cfg.train
-    s = setup(cfg, inputs.progress)
-    meta = fingerprints(s, cfg.seed)
-    start = start_step(cfg, s, meta)
-    claim = checkpoints_for(cfg, start, inputs.run_dir)
+def _notes(s: Setup, meta: dict, start: int, claim: Claim | None, ties: list[dict]) -> list:
+    """The report's first lines: why the model differs from the one asked for, unfinished saves
+    removed, a resume onto another plan, the shared parameters."""
     report: list = []
     if s.note:
         report.append(f"[yellow]{s.note}[/yellow]")
@@ -59,10 +57,21 @@ def run(inputs: Inputs) -> Result:
         report.append(f"resuming step {start} of a checkpoint trained on another plan "
                       f"({was.get('name', '?')}, partition {was.get('partition', '?')}): its weights and AdamW "
                       f"state are loaded by name onto this run's plan")
-    ties = shared_parameters(s, cfg.seed)
     if ties:
         report.append("shared parameters (one parameter; a copy per stage holding it, gradients summed): "
                       + "; ".join(f"{x['name']} (blocks {x['blocks']}, stages {x['stages']})" for x in ties))
+    return report
+
+
+def run(inputs: Inputs) -> Result:
+    cfg = inputs.config
+    t = cfg.train
+    s = setup(cfg, inputs.progress)
+    meta = fingerprints(s, cfg.seed)
+    start = start_step(cfg, s, meta)
+    claim = checkpoints_for(cfg, start, inputs.run_dir)
+    ties = shared_parameters(s, cfg.seed)
+    report = _notes(s, meta, start, claim, ties)
     n_params = params_total(s, cfg.seed)
     pp, m = s.plan.table.n_devices, s.plan.table.n_microbatches     # what runs, whatever was asked
     layout = replace(train_layout(cfg), pp=pp)

@@ -16,8 +16,8 @@ from octopipe.config.schema import Config
 from octopipe.cost.collectives import all_gather_seconds, dp_sync_seconds, reduce_scatter_seconds
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
-from octopipe.measure.sharing import makespan
 from octopipe.plan import Plan
+from octopipe.sim.core_sharing import makespan
 from octopipe.sim.durations import with_grad_sync
 from octopipe.sim.simulator import Simulator, simulate
 
@@ -90,7 +90,7 @@ def sync_seconds(plan: Plan, costs: CostTable, cluster: Cluster, dp: int, zero: 
 
 def predicted_step(plan: Plan, costs: CostTable, cluster: Cluster, layout, dispatch: str, cores: int) -> float:
     """The simulator's iteration time of a training run on this machine: the plan on the profiled
-    costs, its ranks sharing `cores` (`measure.sharing`: each replica's TP ranks with its share
+    costs, its ranks sharing `cores` (`sim.core_sharing`: each replica's TP ranks with its share
     of the cores), plus what each stage's gradient sync over the replicas leaves exposed after
     its last backward. `layout`: train.parallel.TrainLayout."""
     sim = Simulator(plan, costs, cluster)

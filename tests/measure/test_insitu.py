@@ -9,7 +9,6 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.measure.insitu import calibration_table, fit, fit_run, stage_times
-from octopipe.measure.sharing import concurrency, fit_background, makespan, stretch
 from octopipe.plan import Plan, uniform_partition
 from octopipe.runtime.job import Job
 from octopipe.runtime.machine import local_cluster
@@ -17,6 +16,7 @@ from octopipe.schedule.action import ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.validate import validate
 from octopipe.sim import simulate
+from octopipe.sim.core_sharing import concurrency, fit_background, makespan, stretch
 
 RNG = np.random.default_rng(7)
 N_LAYERS = 8

@@ -6,7 +6,7 @@ really travel over loopback gloo. Real: the tiny hybrid preset (8 sequences per 
 compute outweighs the per-action overheads) computing on 2 and 4 ranks pinned round-robin to the
 cores, the simulator fed per-layer costs calibrated in situ (`octopipe.measure.insitu`: separate
 calibration launches of the real runtime on the same ranks, one per partition the schedules
-use) and the per-core shared-cores model (`octopipe.measure.sharing`), with the offline
+use) and the per-core shared-cores model (`octopipe.sim.core_sharing`), with the offline
 `cost=profiled` prediction and a replay of each stage's times observed in the measured
 iterations beside it. Before each rank count it waits for a quiet machine (1-minute load below
 `--quiet-load`) and prints the load at start and end. Runs alternate: each of `--rounds` rounds
