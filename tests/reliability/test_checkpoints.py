@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -207,7 +206,7 @@ def test_a_resume_that_would_overwrite_a_later_step_is_refused(first):
         claim(first / "run" / "checkpoints", "again", 2, str(_step(first, 2)))
 
 
-def test_a_changed_factory_width_is_one_line_before_any_rank(first, tmp_path):
+def test_a_changed_factory_width_is_one_line_before_any_rank(tmp_path, capsys, monkeypatch):
     factory = tmp_path / "model.py"
     source = textwrap.dedent(f"""
         import sys
@@ -220,16 +219,17 @@ def test_a_changed_factory_width_is_one_line_before_any_rank(first, tmp_path):
     factory.write_text(source.replace("WIDTH", "32"))
     args = [*SMALL[:2], f"model.factory={factory}:build", *SMALL[3:]]
 
-    def cli(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "octopipe.run", *args, *extra], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    r = cli("train.steps=2", "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'a'}")
-    assert r.returncode == 0, r.stderr[-2000:]
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process([*args, "train.steps=2", "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'a'}"],
+                               capsys)
+    assert code == 0, err[-20:]
     factory.write_text(source.replace("WIDTH", "48"))
-    r = cli("train.steps=4", f"train.resume={tmp_path / 'a' / 'checkpoints' / 'step_000002'}",
-            f"hydra.run.dir={tmp_path / 'b'}")
-    err = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(err) == 1 and "has shape" in err[0] and "in this model" in err[0], r.stderr
+    for name in [n for n, m in sys.modules.items() if getattr(m, "__file__", None) == str(factory)]:
+        monkeypatch.delitem(sys.modules, name)                 # the edited file is read again, as a new process would
+    code, err = run_in_process([*args, "train.steps=4",
+                                f"train.resume={tmp_path / 'a' / 'checkpoints' / 'step_000002'}",
+                                f"hydra.run.dir={tmp_path / 'b'}"], capsys)
+    assert code == 2 and len(err) == 1 and "has shape" in err[0] and "in this model" in err[0], err
 
 
 def test_pipedream_refuses_checkpoints_inside_its_stream(tmp_path, capsys, monkeypatch):

@@ -12,7 +12,8 @@ import torch
 
 from octopipe.train.checkpoint import read_meta
 from octopipe.train.export import export, loaded_model, model_tensors
-from tests.reliability.cli import run_process
+from octopipe.train.export import main as export_main
+from tests.reliability.cli import run_in_process
 from tests.train import shared_models
 from tests.train.helpers import ROOT
 
@@ -21,21 +22,22 @@ SMALL = ["mode=train", "model.seq_len=16", "model.micro_batch_size=2", "train.mi
          "cost.warmup=0", "cost.cache_dir="]
 
 
-def _train(tmp_path, *args: str):
-    r = run_process([*SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}"])
-    assert r.returncode == 0, r.stderr[-2000:]
+def _train(tmp_path, capsys, monkeypatch, *args: str):
+    """Trains through the CLI's main in this process (torch and the forkserver already up)."""
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process([*SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 0, err[-20:]
     return tmp_path / "run" / "checkpoints" / "step_000002"
 
 
-def test_a_tied_models_checkpoint_loads_strictly_into_the_factorys_module(tmp_path):
-    step = _train(tmp_path, "model=module", "model.factory=tests/train/shared_models.py:tied")
+def test_a_tied_models_checkpoint_loads_strictly_into_the_factorys_module(tmp_path, capsys, monkeypatch):
+    step = _train(tmp_path, capsys, monkeypatch, "model=module", "model.factory=tests/train/shared_models.py:tied")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["params_total"] == sum(p.numel() for p in shared_models.tied().parameters())
     assert summary["shared_copies_equal"] is True and summary["shared_parameters"][0]["name"] == "0.tok.weight"
     out = tmp_path / "tied.pt"
-    r = subprocess.run([sys.executable, "-m", "octopipe.train.export", str(step), str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and out.is_file(), r.stderr
+    export_main([str(step), str(out)])              # in this process; the refusal below runs `python -m`
+    assert out.is_file()
     model = shared_models.tied()
     model.load_state_dict(torch.load(out), strict=True)
     assert model[-1].proj.weight is model[0].tok.weight        # the tie survives the load
@@ -48,12 +50,12 @@ def test_a_tied_models_checkpoint_loads_strictly_into_the_factorys_module(tmp_pa
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1 and "exists" in again.stderr
 
 
-def test_an_hf_checkpoint_exports_a_directory_from_pretrained_loads(tmp_path):
+def test_an_hf_checkpoint_exports_a_directory_from_pretrained_loads(tmp_path, capsys, monkeypatch):
     transformers = pytest.importorskip("transformers")
     from octopipe.model.hf import hf_config
     cfg = hf_config("qwen2", {"tie_word_embeddings": True})
     cfg.save_pretrained(str(tmp_path / "cfg"))
-    step = _train(tmp_path, "model=hf", f"model.hf={tmp_path / 'cfg' / 'config.json'}")
+    step = _train(tmp_path, capsys, monkeypatch, "model=hf", f"model.hf={tmp_path / 'cfg' / 'config.json'}")
     out = export(step, tmp_path / "hf")
     lm = transformers.AutoModelForCausalLM.from_pretrained(str(out))
     assert lm.lm_head.weight.data_ptr() == lm.model.embed_tokens.weight.data_ptr()

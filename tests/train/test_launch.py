@@ -18,11 +18,11 @@ SMALL = ["model=module", "model.factory=examples/tiny_gpt.py:build", "model.seq_
 
 def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "octopipe.run", "mode=train", *SMALL, "train.steps=6",
-                        "train.check_reference=true", "train.checkpoint_every=3",
-                        f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"hydra.run.dir={out}"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    monkeypatch.chdir(ROOT)                            # both runs through the CLI's main in this process
+    code, err = run_in_process(["mode=train", *SMALL, "train.steps=6", "train.check_reference=true",
+                                "train.checkpoint_every=3", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+                                f"hydra.run.dir={out}"], capsys)
+    assert code == 0, err[-20:]
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == 6 and s["final_loss"] < s["initial_loss"] and s["tokens_per_s"] > 0
     assert s["reference_max_rel_err"] <= 1e-5 and s["plan"] == "octopipe"
@@ -30,8 +30,7 @@ def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys,
     assert (tmp_path / "ckpt" / "step_000003" / "plan.json").is_file()
     assert len((out / "loss.csv").read_text().splitlines()) == 7
     assert {"loss.png", "plan.json", "schedule.csv"} <= {p.name for p in out.iterdir()}
-    # the refused resume through the CLI's main in this process (it fails before profiling)
-    monkeypatch.chdir(ROOT)
+    # the refused resume (it fails before profiling)
     code, err = run_in_process(["mode=train", *SMALL, "train.steps=6", "model.seq_len=16",
                                 f"train.resume={tmp_path / 'ckpt' / 'step_000003'}",
                                 f"hydra.run.dir={tmp_path / 'bad'}"], capsys)
