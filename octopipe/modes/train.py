@@ -24,6 +24,7 @@ from octopipe.modes.inputs import Inputs
 from octopipe.modes.mode_result import Artifact, Result
 from octopipe.progress import weighted_progress
 from octopipe.train.checkpoint_dir import Claim
+from octopipe.train.layout_run import apply_layout, layout_summary
 from octopipe.train.loop import TrainRun, launch_training, reference_train
 from octopipe.train.parallel import train_layout
 from octopipe.train.setup import (
@@ -64,7 +65,7 @@ def _notes(s: Setup, meta: dict, start: int, claim: Claim | None, ties: list[dic
 
 
 def run(inputs: Inputs) -> Result:
-    cfg = inputs.config
+    cfg, chosen, scaled = apply_layout(inputs.config)
     t = cfg.train
     s = setup(cfg, inputs.progress)
     meta = fingerprints(s, cfg.seed)
@@ -72,6 +73,10 @@ def run(inputs: Inputs) -> Result:
     claim = checkpoints_for(cfg, start, inputs.run_dir)
     ties = shared_parameters(s, cfg.seed)
     report = _notes(s, meta, start, claim, ties)
+    if chosen is not None:
+        report.insert(0, f"layout {chosen.source}: tp {chosen.tp} x pp {chosen.pp} x dp {chosen.dp}, micro-batch "
+                         f"{chosen.micro_batch_size} x {chosen.microbatches}, recompute {list(chosen.recompute)}"
+                         + (f"; {chosen.model} scaled to fit this machine: {scaled}" if scaled else ""))
     n_params = params_total(s, cfg.seed)
     pp, m = s.plan.table.n_devices, s.plan.table.n_microbatches     # what runs, whatever was asked
     layout = replace(train_layout(cfg), pp=pp)
@@ -120,6 +125,8 @@ def run(inputs: Inputs) -> Result:
                       f"(clipped by the stage's own norm); weight versions held per stage "
                       f"{held}")
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
+    if chosen is not None:
+        summary["layout"] = layout_summary(chosen, scaled)
     if spec.stream is None:
         summary.update(step_prediction(s, layout, result, train_cluster(cfg), t.dispatch))
         waits = [e["dp_wait_s"] for ev in result.events for e in ev if "dp_wait_s" in e]

@@ -29,6 +29,7 @@ from octopipe.plan_io import plan_to_doc
 from octopipe.runtime.control import TorchrunControl
 from octopipe.runtime.launch import resolve
 from octopipe.schedule.library import SCHEDULE_PRESETS
+from octopipe.train.layout_run import apply_layout
 from octopipe.train.loop import TrainRankJob, follow, gather, train_rank
 from octopipe.train.setup import checkpoints_for, fingerprints, setup, start_step, train_job
 from octopipe.train.summary import figures, loss_csv, loss_png
@@ -38,7 +39,7 @@ def _config(argv: list[str]):
     register(SCHEDULE_PRESETS)
     overrides = [a for a in argv if "=" in a and not a.startswith("hydra.")]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return load(compose("config", overrides=["mode=train", *overrides]))
+        return apply_layout(load(compose("config", overrides=["mode=train", *overrides])))[0]
 
 
 def _prepare(cfg, rank: int, out: Path):

@@ -39,6 +39,7 @@ from octopipe.train import checkpoint, work
 from octopipe.train.checkpoint import fingerprint
 from octopipe.train.checkpoint_dir import Claim, claim
 from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.train.layout_run import read_layout
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
 from octopipe.train.parallel import check_model, train_layout
@@ -137,9 +138,11 @@ def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
 
 
 def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
-    """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json) or
-    schedule=<name> on an even partition."""
+    """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json),
+    schedule=<name> on an even partition, or train.layout's plan."""
     t = cfg.train
+    if t.layout:        # mode=layout's plan, as it chose it (its layers are the scaled model's)
+        return read_layout(t.layout).plan
     if rule_of(cfg) is not None:     # asynchronous: its stream table on an even partition
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
