@@ -91,6 +91,7 @@ class Rank:
             if job.compute.data is not None or self.blocks is not None:
                 self.compute.batches = job.compute.data or SyntheticBatches(job.model, job.seed)
             self.compute.autocast = getattr(torch, job.compute.autocast) if job.compute.autocast else None
+            self.compute.recompute = frozenset(job.compute.recompute)
         arb = job.arbitration
         if arb.variability is not None:
             self.compute = Jittered(self.compute, arb.variability, self.prank, job.seed,
@@ -392,7 +393,8 @@ class Rank:
                             "cpu_s": time.process_time() - cpu,     # every thread of this rank
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
-                            "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks})
+                            "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks,
+                            "saved_peak_bytes": self.compute.saved_peak_bytes})
         for key, dst, t, nbytes, held in self.transport.sent:
             self.events.append({"it": it, "send": tuple(key), "dst": dst, "start": t, "bytes": nbytes,
                                 "held": held})
