@@ -80,9 +80,9 @@ class Job:
     ab_strict: bool = False
     data: BatchSource | None = None       # real compute: the batches (None: synthetic tokens)
     autocast: str = ""                    # real compute: "" (fp32) | bfloat16 (forwards under autocast)
-    recompute: tuple[int, ...] = ()       # real compute: the stages whose forward is rerun inside their backward
     init_method: str = ""                 # the process group's rendezvous ("": a free local port)
     timeout_name: str = "runtime.timeout_s"   # the setting config.timeout_s came from (for messages)
+    recompute: tuple[int, ...] = ()       # real compute: the stages whose forward is rerun inside their backward
 
     @property
     def total_iterations(self) -> int:

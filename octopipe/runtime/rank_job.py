@@ -35,11 +35,11 @@ class ComputeSpec:
     layers: Layers | None = None            # real: what each rank builds its stages from
     data: BatchSource | None = None         # real: None draws synthetic tokens
     autocast: str = ""                      # real: "" (fp32) | bfloat16 (forwards under autocast)
-    recompute: tuple[int, ...] = ()         # real: the stages whose forward is rerun inside their backward
     durations: Mapping[int, tuple[float, float, float]] = field(default_factory=dict)   # stage -> f, i, w s
     message_elems: Mapping[int, int] = field(default_factory=dict)                      # stage boundary -> elems
     threads: int = 1                        # torch threads per rank
     cpus: tuple[int, ...] = ()              # cpus[rank]: the core that rank is pinned to (empty: not pinned)
+    recompute: tuple[int, ...] = ()         # real: the stages whose forward is rerun inside their backward
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from octopipe.train.checkpoint_dir import Claim, claim
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
+from octopipe.train.recompute import check_recompute, recompute_stages
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
@@ -187,6 +188,7 @@ def check_resume_tensors(path: str, blocks, seed: int) -> None:
 def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setup:
     """Everything a training run needs, built once (errors before any rank starts)."""
     check_async(cfg, None)
+    check_recompute(cfg.train.recompute, cfg.train.layout)
     blocks, name, note = blocks_for(cfg)
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
         note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
@@ -318,7 +320,8 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
         batches = StreamBatches(s.batches, stream.microbatches, start)
     job = Job(plan, s.blocks, runtime, cfg.seed, weights=weights, data=batches,
               autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method,
-              timeout_name="train.timeout_s")
+              timeout_name="train.timeout_s",
+              recompute=recompute_stages(t.recompute, plan.table.n_stages, None, t.layout))
     spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every if checkpoints else 0,
                      str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
