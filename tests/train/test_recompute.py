@@ -12,11 +12,15 @@ import tempfile
 import pytest
 import torch
 
+from octopipe.asynchronous.runtime import WeightStash
+from octopipe.asynchronous.tables import Rule
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.errors import ConfigError
+from octopipe.plan import Partition, Plan
 from octopipe.runtime.job import Job
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.recompute import check_recompute, recompute_stages
+from octopipe.train.stream import Stream, StreamBatches
 from tests.train.helpers import OPTIM, batches, gpt, named_plan
 
 
@@ -57,3 +61,23 @@ def test_a_recomputing_launch_trains_as_one_that_keeps_its_forwards(schedule, fi
 
     low, high = peaks(again), peaks(kept)
     assert min(low) > 0 and sum(low) < sum(high) and low[0] < first_ratio * high[0], (low, high)
+
+
+def _stream(recompute: tuple[int, ...]):
+    blocks, data = gpt(), batches(16, 2)
+    st = Stream(Rule.PD, 2, 4, 0, 4, 1)
+    sched = st.schedule()
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(Plan(Partition.uniform(4, 2), sched.table.compact()), blocks,
+                  RuntimeConfig(dispatch="strict", timeout_s=240, stall_s=120), weights=WeightStash(sched, OPTIM.lr),
+                  data=StreamBatches(data, 4, 0), recompute=recompute)
+        return launch_training(job, TrainSpec(OPTIM, 4, stream=st), d)
+
+
+def test_an_asynchronous_stream_reruns_each_forward_at_the_version_it_read():
+    """PipeDream updates the weights after every backward: a rerun at the current weights instead
+    of the stashed version its forward read would change the gradients."""
+    kept, again = _stream(()), _stream((0, 1))
+    assert again.microbatch_losses == pytest.approx(kept.microbatch_losses, rel=1e-6)
+    for name, w in kept.params.items():
+        assert torch.allclose(again.params[name], w, rtol=1e-6, atol=1e-7), name
