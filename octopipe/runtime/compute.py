@@ -5,6 +5,11 @@ the input gradient only and keeps, through torch.distributed.pipelining's split-
 helpers, the gradients of the intermediate nodes that feed the parameters; W later turns those
 into parameter gradients without re-running the input path. A stage without a float input (the
 one holding the embedding) has no input gradient: its I is empty and its W does the pass.
+A stage in `recompute` runs F without the autograd graph, keeping only its input (and the CPU
+RNG state, so that dropout repeats); its B, or I (or W for a stage without a float input),
+first reruns the forward with the graph, at the same weights and autocast, then proceeds as
+without. A `SavedMeter` counts what F saves for the backward and what the stage keeps (its
+input, output and I's intermediate gradients); its peak over an iteration is `saved_peak_bytes`.
 Emulated: each action sleeps its modelled duration and produces a buffer of the modelled size,
 so that transfers are real while the CPU stays free.
 """
@@ -19,15 +24,21 @@ from torch.distributed.pipelining._backward import stage_backward_input, stage_b
 from torch.func import functional_call
 
 from octopipe.model.spec import ModelSpec
+from octopipe.runtime.memory import SavedMeter, storage_pointers, tensor_bytes
 from octopipe.runtime.stage import StageModule, SyntheticBatches
 
 
 @dataclass
 class _Saved:
+    """A stage's F kept for its backward: `out` is None until a recomputed F reruns (from `rng`);
+    `held` counts the kept tensors in the meter while this lives."""
+
     x_in: torch.Tensor | None
-    out: torch.Tensor
+    out: torch.Tensor | None
     grad_out: torch.Tensor | None = None
     param_groups: list = field(default_factory=list)
+    rng: torch.Tensor | None = None
+    held: list = field(default_factory=list)
 
 
 class RealCompute:
@@ -42,13 +53,16 @@ class RealCompute:
         default synthetic) gives each micro-batch's data; `autocast` (None or a dtype) runs
         forwards under torch.autocast, each stage handing on fp32. `weights`: an asynchronous
         weight policy (octopipe.asynchronous.runtime.WeightStash): forwards run at its
-        versions, backwards hand it their gradients."""
+        versions, backwards hand it their gradients. `recompute` (set after construction,
+        default none): the stages whose forward is rerun inside their backward."""
         self.model, self.partition, self.m = model, partition, n_microbatches
         self.seed, self.device, self.mb_replica = seed, device, mb_replica
         self.n_stages = len(partition)
         self.copies = {c: StageModule(model, *partition[c[1]], seed=seed).to(device) for c in copies}
         self.batches = SyntheticBatches(model, seed) if isinstance(model, ModelSpec) else None
         self.autocast: torch.dtype | None = None
+        self.recompute: frozenset[int] = frozenset()
+        self.meter = SavedMeter()
         self.saved: dict[tuple[int, int], _Saved] = {}
         self.iteration = 0
         self.losses: dict[int, float] = {}
@@ -74,31 +88,79 @@ class RealCompute:
         self.output_finite = {}
         for mod in self.copies.values():
             mod.zero_grad(set_to_none=True)
+        self.meter.exclude = storage_pointers(self.parameters())
+        self.meter.reset_peak()
 
-    def _call(self, mod, stage: int, mb: int, x: torch.Tensor | None, batch: dict) -> torch.Tensor:
-        """The stage's forward, at the asynchronous policy's weight version where there is one."""
+    @property
+    def saved_peak_bytes(self) -> int:
+        """The iteration's peak of saved activations and kept stage inputs and outputs (`SavedMeter`)."""
+        return self.meter.peak
+
+    def state_bytes(self) -> int:
+        """Bytes of the stages' parameters and gradients (the optimizer's state is the loop's:
+        `memory.optimizer_bytes`)."""
+        params = self.parameters()
+        return tensor_bytes([*params, *(p.grad for p in params)])
+
+    def _call(self, mod, stage: int, mb: int, x: torch.Tensor | None, batch: dict, again: bool) -> torch.Tensor:
+        """The stage's forward, at the asynchronous policy's weight version where there is one
+        (`again`: the leaves the micro-batch's first forward read)."""
         if self.weights is None:
             return mod(x, batch)
-        return functional_call(mod, self.weights.forward_params(stage, mb), (x, batch))
+        if again:
+            params = self.weights.leaves[(stage, mb)]
+        else:
+            params = self.weights.forward_params(stage, mb)
+            self.meter.exclude |= storage_pointers(params.values())
+        return functional_call(mod, params, (x, batch))
+
+    def _run(self, stage: int, mb: int, x: torch.Tensor | None, again: bool = False) -> torch.Tensor:
+        mod, batch = self.module(stage, mb), self.batch(mb)
+        if self.autocast is None:
+            h = self._call(mod, stage, mb, x, batch, again)
+        else:
+            with torch.autocast(self.device.type, dtype=self.autocast):
+                h = self._call(mod, stage, mb, x, batch, again)
+            h = h.float()
+        if h._is_view():
+            h = h.clone()   # the split backward detaches the output in place, which views forbid
+        return h
+
+    def _rng_devices(self) -> list:
+        return [self.device] if self.device.type == "cuda" else []
 
     def forward(self, stage: int, mb: int, x: torch.Tensor | None) -> torch.Tensor:
         if x is not None and x.is_floating_point():
             x = x.detach().requires_grad_(True)
-        mod, batch = self.module(stage, mb), self.batch(mb)
-        if self.autocast is None:
-            h = self._call(mod, stage, mb, x, batch)
+        if stage in self.recompute:
+            rng = [torch.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in self._rng_devices())]
+            with torch.no_grad():
+                h = self._run(stage, mb, x)
+            sv = _Saved(x, None, rng=rng)
         else:
-            with torch.autocast(self.device.type, dtype=self.autocast):
-                h = self._call(mod, stage, mb, x, batch)
-            h = h.float()
-        if h._is_view():
-            h = h.clone()   # the split backward detaches the output in place, which views forbid
-        self.saved[(stage, mb)] = _Saved(x, h)
+            with self.meter.hooks():
+                h = self._run(stage, mb, x)
+            sv = _Saved(x, h)
+        sv.held = [self.meter.hold(t) for t in (x, sv.out) if t is not None]
+        self.saved[(stage, mb)] = sv
         if self.check_finite:       # a flag tensor, read after the iteration: no sync here
             self.output_finite.setdefault(stage, []).append(torch.isfinite(h).all())
         if stage == self.n_stages - 1:
             self.losses[mb] = float(h.detach())
         return h.detach()
+
+    def _rerun(self, stage: int, mb: int, sv: _Saved) -> None:
+        """A recomputed stage's forward again, with the graph, from the RNG state its F began with."""
+        if sv.out is not None:
+            return
+        devices = self._rng_devices()
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(sv.rng[0])
+            for d, state in zip(devices, sv.rng[1:]):
+                torch.cuda.set_rng_state(state, d)
+            with self.meter.hooks():
+                sv.out = self._run(stage, mb, sv.x_in, again=True)
+        sv.held.append(self.meter.hold(sv.out))
 
     def _grad_out(self, stage: int, grad: torch.Tensor | None) -> torch.Tensor:
         if stage == self.n_stages - 1:   # asynchronous: each update is SGD on one micro-batch
@@ -136,6 +198,8 @@ class RealCompute:
         params = self._params(stage, mb)
         wants_input = sv.x_in is not None and sv.x_in.requires_grad
         inputs = ([sv.x_in] if wants_input else []) + params
+        if inputs:
+            self._rerun(stage, mb, sv)
         if not inputs or not sv.out.requires_grad:     # a first stage without parameters (a one-hot)
             return None
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
@@ -147,14 +211,19 @@ class RealCompute:
         sv.grad_out = self._grad_out(stage, grad)
         if sv.x_in is None or not sv.x_in.requires_grad:
             return None
+        self._rerun(stage, mb, sv)
         (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
                                                       self._weight_iter(stage, mb))
+        sv.held += [self.meter.hold(g) for group in sv.param_groups for gs in group.get("grads") or ()
+                    for g in gs if g is not None]
         return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:
         sv = self.saved.pop((stage, mb))
         params = self._params(stage, mb)
         if sv.x_in is None or not sv.x_in.requires_grad:
+            if params:
+                self._rerun(stage, mb, sv)
             if params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
                 self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
@@ -203,6 +272,8 @@ class EmulatedCompute:
     `durations[stage] = (f, i, w)` seconds; `message_elems[stage]` = float32 elements of the
     activation the stage sends on (its gradient comes back with the same size).
     """
+
+    saved_peak_bytes = 0        # nothing is saved for a backward
 
     def __init__(self, durations: dict[int, tuple[float, float, float]], message_elems: dict[int, int],
                  n_stages: int, device: torch.device) -> None:

@@ -92,6 +92,7 @@ class Job:
     autocast: str = ""                    # real compute: "" (fp32) | bfloat16 (forwards under autocast)
     init_method: str = ""                 # the process group's rendezvous ("": a free local port)
     timeout_name: str = "runtime.timeout_s"   # the setting config.timeout_s came from (for messages)
+    recompute: tuple[int, ...] = ()       # real compute: the stages whose forward is rerun inside their backward
     data_parallel: DataParallel = field(default_factory=DataParallel)
 
     @property

@@ -317,7 +317,8 @@ def rank_job(job: Job, table: ScheduleTable, result_dir: str) -> RankJob:
     wiring = Wiring(job.world, job.init_method or f"tcp://127.0.0.1:{free_port()}",
                     config.backend, transport, device)
     compute = ComputeSpec(config.compute, job.model if config.compute == "real" else None, job.data,
-                          job.autocast, durations, elems, cpus=tuple(job.pinned or ()))
+                          job.autocast, durations, elems, cpus=tuple(job.pinned or ()),
+                          recompute=job.recompute)
     return RankJob(job.plan.partition.ranges, table, wiring, compute,
                    TensorParallelSpec(config.tp, agree_stages(job)), arbitration(job, table, durations),
                    job.weights, config.dispatch, job.total_iterations, job.seed, config.lr, result_dir,

@@ -40,6 +40,7 @@ class ComputeSpec:
     message_elems: Mapping[int, int] = field(default_factory=dict)                      # stage boundary -> elems
     threads: int = 1                        # torch threads per rank
     cpus: tuple[int, ...] = ()              # cpus[rank]: the core that rank is pinned to (empty: not pinned)
+    recompute: tuple[int, ...] = ()         # real: the stages whose forward is rerun inside their backward
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ class Rank:
             if job.dp > 1:
                 self.compute.batches = ReplicaBatches(self.compute.batches, self.drank, job.table.n_microbatches)
             self.compute.autocast = getattr(torch, job.compute.autocast) if job.compute.autocast else None
+            self.compute.recompute = frozenset(job.compute.recompute)
         arb = job.arbitration
         if arb.variability is not None:
             self.compute = Jittered(self.compute, arb.variability, self.prank, job.seed,
@@ -404,6 +405,7 @@ class Rank:
                             "dispatch_us": 1e6 * float(np.mean(self._decisions)) if self._decisions else None,
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
                             "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks,
+                            "saved_peak_bytes": self.compute.saved_peak_bytes,
                             **({"dp_sync_start": dict(self.grad_sync.started), "dp_wait_s": self.grad_sync.wait_s}
                                if self.grad_sync is not None else {})})
         for key, dst, t, nbytes, held in self.transport.sent:

@@ -43,6 +43,7 @@ from octopipe.train.layout_run import read_layout
 from octopipe.train.loop import TrainSpec
 from octopipe.train.optim import OptimSettings
 from octopipe.train.parallel import check_model, train_layout
+from octopipe.train.recompute import check_recompute, recompute_stages
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
@@ -192,6 +193,7 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     """Everything a training run needs, built once (errors before any rank starts)."""
     check_async(cfg, None)
     layout = train_layout(cfg)
+    check_recompute(cfg.train.recompute, cfg.train.layout)
     blocks, name, note = blocks_for(cfg)
     check_model(cfg, layout, blocks.model if isinstance(blocks, SpecBlocks) else None)
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
@@ -311,6 +313,7 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
         raise ConfigError(f"runtime.tp={cfg.runtime.tp}: mode=train's tensor parallelism is train.tp; use "
                           "runtime.tp=1")
     layout = train_layout(cfg)
+    planned = read_layout(t.layout).recomputed() if t.layout else None
     # the training loop runs the table as planned: no hint, caps or jitter (`plain`), as before
     runtime = replace(plain(cfg.runtime), dispatch=t.dispatch, compute="real", lr=0.0, warmup=0, iterations=1,
                       timeout_s=t.timeout_s, tp=layout.tp)
@@ -326,7 +329,8 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
     layers = s.blocks.model if layout.tp > 1 and isinstance(s.blocks, SpecBlocks) else s.blocks
     job = Job(plan, layers, runtime, cfg.seed, weights=weights, data=batches,
               autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method,
-              timeout_name="train.timeout_s", data_parallel=DataParallel(layout.dp, layout.zero))
+              timeout_name="train.timeout_s", data_parallel=DataParallel(layout.dp, layout.zero),
+              recompute=recompute_stages(t.recompute, plan.table.n_stages, planned, t.layout))
     spec = TrainSpec(s.optim, t.steps, start, t.resume, t.checkpoint_every if checkpoints else 0,
                      str(checkpoints.directory) if checkpoints else "", meta,
                      json.dumps(plan_to_doc(s.plan), indent=1) + "\n", stream)
