@@ -40,7 +40,15 @@ from octopipe.train.setup import (
     train_job,
 )
 from octopipe.train.stream import replay_training
-from octopipe.train.summary import compare, figures, loss_csv, loss_png, rel_err, step_prediction
+from octopipe.train.summary import (
+    compare,
+    figures,
+    loss_csv,
+    loss_png,
+    memory_figures,
+    rel_err,
+    step_prediction,
+)
 from octopipe.train.tensorboard import ScalarLog
 
 
@@ -62,6 +70,17 @@ def _notes(s: Setup, meta: dict, start: int, claim: Claim | None, ties: list[dic
         report.append("shared parameters (one parameter; a copy per stage holding it, gradients summed): "
                       + "; ".join(f"{x['name']} (blocks {x['blocks']}, stages {x['stages']})" for x in ties))
     return report
+
+
+def _stream_record(st, report: list) -> dict:
+    """summary.json's record of an asynchronous stream, and its report line."""
+    held = list(st.schedule().versions_held())
+    report.append(f"asynchronous ({st.rule.value}): steps {st.start + 1}–{st.steps} as one stream of "
+                  f"{st.length} micro-batches, no flush; AdamW on a stage after every "
+                  f"{'window of ' + str(st.window) + ' backwards' if st.window > 1 else 'backward'} "
+                  f"(clipped by the stage's own norm); weight versions held per stage {held}")
+    return {"rule": st.rule.value, "window": st.window, "stream_microbatches": st.length,
+            "updates_per_stage": st.length // st.window, "flushes": 0, "versions_held": held}
 
 
 def run(inputs: Inputs) -> Result:
@@ -114,21 +133,13 @@ def run(inputs: Inputs) -> Result:
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start), **summary_ties}
     if spec.stream is not None:
-        st = spec.stream
-        held = list(st.schedule().versions_held())
-        summary["asynchronous"] = {"rule": st.rule.value, "window": st.window, "stream_microbatches": st.length,
-                                   "updates_per_stage": st.length // st.window, "flushes": 0,
-                                   "versions_held": held}
-        report.append(f"asynchronous ({st.rule.value}): steps {st.start + 1}–{st.steps} as one stream of "
-                      f"{st.length} micro-batches, no flush; AdamW on a stage after every "
-                      f"{'window of ' + str(st.window) + ' backwards' if st.window > 1 else 'backward'} "
-                      f"(clipped by the stage's own norm); weight versions held per stage "
-                      f"{held}")
+        summary["asynchronous"] = _stream_record(spec.stream, report)
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token
     if chosen is not None:
         summary["layout"] = layout_summary(chosen, scaled)
     if spec.stream is None:
         summary.update(step_prediction(s, layout, result, train_cluster(cfg), t.dispatch))
+        summary.update(memory_figures(s, layout, result, train_cluster(cfg)))
         waits = [e["dp_wait_s"] for ev in result.events for e in ev if "dp_wait_s" in e]
         if waits:       # the last step's wait for the gradient sync after the row: what it did not overlap
             summary["dp_sync_exposed_s"] = max(waits)

@@ -25,6 +25,7 @@ from octopipe.errors import TrainingDiverged
 from octopipe.model.user_module import UserBlocks
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import launch
+from octopipe.runtime.memory import optimizer_bytes
 from octopipe.runtime.rank_job import RankJob
 from octopipe.runtime.stage import StageModule, as_blocks
 from octopipe.runtime.tensor_parallel import assemble, rank_shards, replicated
@@ -254,12 +255,14 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
             _record(out, {"step": step + 1, "loss": loss, "lr": lr_at(job.train.optim, step), "grad_norm": norm,
                           "step_s": dt, "iteration_s": wall, "tokens_per_s": tokens / dt, "idle_share": idle})
     copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
+    memory = {"saved_peak_bytes": int(worker.compute.saved_peak_bytes),     # the last step's
+              "state_bytes": int(worker.compute.state_bytes()) + sum(optimizer_bytes(o) for o in opt.opts.values())}
     if worker.blocks is not None:       # TP: this rank's shards, made whole by `gather`
         shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.rank.seed, lambda p: p)
         params: dict = {}
     else:
         shards, params = {}, _final_params(worker, names)
-    return {"losses": losses, "params": params, "param_shards": shards, "tied_copies": copies,
+    return {"losses": losses, "params": params, "param_shards": shards, "tied_copies": copies, "memory": memory,
             "checkpoint": saved if saved != job.train.resume else "", "events": worker.events}
 
 
@@ -287,6 +290,7 @@ class TrainRun:
     events: list[list[dict]] = field(default_factory=list)
     microbatch_losses: dict[int, float] = field(default_factory=dict)   # asynchronous: the stream's
     tied_equal: bool | None = None     # whether every copy of each shared parameter ended equal (None: none)
+    memory: list[dict] = field(default_factory=list)   # per rank: the last step's saved-activation peak, state
 
 
 def follow(path: Path, on_step: Callable[[dict], None], stop: threading.Event) -> None:
@@ -332,7 +336,7 @@ def gather(out: Path, world: int, checkpoint_every: int = 0) -> TrainRun:
             copies.setdefault(name, []).extend(ts)
     equal = all(torch.equal(ts[0], t) for ts in copies.values() for t in ts[1:]) if copies else None
     return TrainRun(docs[0]["losses"], params, docs[0]["checkpoint"], records, [d["events"] for d in docs],
-                    docs[0].get("microbatch_losses", {}), equal)
+                    docs[0].get("microbatch_losses", {}), equal, [d.get("memory", {}) for d in docs])
 
 
 def launch_training(job: Job, spec: TrainSpec, result_dir: str,

@@ -10,6 +10,7 @@ import numpy as np
 from octopipe.layers.pieces import pieces_state_dict
 from octopipe.report.figures import pyplot, save
 from octopipe.runtime.stage import SpecBlocks
+from octopipe.sim.simulator import simulate
 from octopipe.train.loop import TrainRun
 from octopipe.train.work import predicted_step
 
@@ -55,6 +56,22 @@ def step_prediction(s, layout, run: TrainRun, cluster, dispatch: str) -> dict:
             "measured_iteration_s": iteration, "predicted_iteration_s": predicted,
             "prediction_rel_err": abs(predicted - iteration) / iteration if iteration > 0 else None,
             "cores": cores}
+
+
+def memory_figures(s, layout, run: TrainRun, cluster) -> dict:
+    """Each rank's measured bytes (the last step's peak of saved activations, plus its parameters,
+    gradients and AdamW state) beside the simulator's peak for its pipeline rank (the plan on the
+    profiled costs: activations from each F to its backward, 16 bytes per parameter)."""
+    if not run.memory or not all(run.memory):
+        return {}
+    sim = simulate(s.plan, s.costs, cluster)
+    stride = layout.dp * layout.tp
+    measured = [m["saved_peak_bytes"] + m["state_bytes"] for m in run.memory]
+    simulated = [float(sim.peak_memory[r // stride]) for r in range(len(measured))]
+    errs = [abs(a - b) / b for a, b in zip(measured, simulated) if b > 0]
+    return {"memory_measured_bytes": measured, "memory_simulated_bytes": simulated,
+            "saved_activation_peak_bytes": [m["saved_peak_bytes"] for m in run.memory],
+            "memory_max_rel_err": max(errs) if errs else None}
 
 
 def loss_csv(records: list[dict]) -> str:
