@@ -15,6 +15,8 @@ from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.stage_costs import StageCosts
 from octopipe.errors import ScheduleError
 from octopipe.model.spec import ModelSpec
+from octopipe.model.user_module import UserBlocks
+from octopipe.runtime.hf_tensor_parallel import hf_tp_problem
 from octopipe.runtime.job import Job
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.runtime.tensor_parallel import check_grid
@@ -100,10 +102,13 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
                             f"{table.n_devices}-rank table; use -1..{table.n_devices - 1}")
     variability_of(config, job)
     if config.tp > 1:
-        check_grid(job.model if config.compute == "real" else None, config.tp, table.n_devices)
+        check_grid(job.model if config.compute == "real" and isinstance(job.model, ModelSpec) else None, config.tp,
+                   table.n_devices)
         if config.compute == "real" and not isinstance(job.model, ModelSpec):
-            raise ScheduleError(f"runtime.tp={config.tp} splits a ModelSpec's layers; a user block list "
-                                "has no tensor-parallel variant: use runtime.tp=1")
+            problem = hf_tp_problem(job.model, config.tp) if isinstance(job.model, UserBlocks) else "not a model"
+            if problem is not None:
+                raise ScheduleError(f"runtime.tp={config.tp} splits a ModelSpec's layers or a model=hf decoder's; "
+                                    f"{problem}: use runtime.tp=1")
         if config.compute == "real" and job.weights is not None:
             raise ScheduleError(f"runtime.tp={config.tp} runs synchronous training only; an asynchronous "
                                 "weight policy needs runtime.tp=1")

@@ -21,9 +21,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from octopipe.model.user_module import UserBlocks
 from octopipe.runtime.compute import EmulatedCompute, RealCompute
 from octopipe.runtime.control import Control
 from octopipe.runtime.data_parallel import GradSync, ReplicaBatches
+from octopipe.runtime.hf_tensor_parallel import HFTPBlocks
 from octopipe.runtime.jitter import DelayedSender, Jittered
 from octopipe.runtime.messages import (
     expected_messages,
@@ -80,8 +82,10 @@ class Rank:
         self.comm_device = self.device if job.wiring.backend == "nccl" else torch.device("cpu")
         self.tp_group = self.grid.tp_groups()[(self.prank, self.drank)] if job.tp > 1 else None
         # real compute with tp > 1: this TP rank's shard of each layer (runtime/tensor_parallel.py)
-        self.blocks = TPBlocks(job.model, self.trank, job.tp, self.tp_group) \
-            if self.tp_group is not None and job.compute.kind == "real" else None
+        self.blocks = None
+        if self.tp_group is not None and job.compute.kind == "real":
+            self.blocks = HFTPBlocks(job.model, self.trank, job.tp, self.tp_group) \
+                if isinstance(job.model, UserBlocks) else TPBlocks(job.model, self.trank, job.tp, self.tp_group)
         if job.compute.kind == "emulated":
             self.compute = EmulatedCompute(job.compute.durations, job.compute.message_elems, job.table.n_stages,
                                            self.device)

@@ -23,6 +23,7 @@ from torch import nn
 
 from octopipe.errors import TrainingDiverged
 from octopipe.model.user_module import UserBlocks
+from octopipe.runtime.hf_tensor_parallel import HFTPBlocks
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import launch
 from octopipe.runtime.memory import optimizer_bytes
@@ -105,7 +106,9 @@ def _uncounted(worker: Rank) -> set[int]:
     gradient every replica holds, on replicas but the first; on TP ranks but the first, the
     parameters every TP rank holds whole."""
     out = worker.grad_sync.counted_elsewhere() if worker.grad_sync is not None else set()
-    if worker.trank > 0:
+    if worker.trank > 0 and isinstance(worker.blocks, HFTPBlocks):
+        out |= worker.blocks.replicated(worker.compute.copies.values())
+    elif worker.trank > 0:
         out |= replicated(worker.compute.copies.values(), worker.blocks, worker.job.seed)
     return out
 
@@ -257,7 +260,9 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     copies = {e.tie.name: [p.detach().cpu().clone() for p in e.copies] for e in tied.entries}
     memory = {"saved_peak_bytes": int(worker.compute.saved_peak_bytes),     # the last step's
               "state_bytes": int(worker.compute.state_bytes()) + sum(optimizer_bytes(o) for o in opt.opts.values())}
-    if worker.blocks is not None:       # TP: this rank's shards, made whole by `gather`
+    if isinstance(worker.blocks, HFTPBlocks):       # TP: this rank's shards, made whole by `gather`
+        shards, params = worker.blocks.shards(worker.compute.copies.values(), names), {}
+    elif worker.blocks is not None:
         shards = rank_shards(worker.compute.copies.values(), worker.blocks, job.rank.seed, lambda p: p)
         params: dict = {}
     else:

@@ -8,6 +8,8 @@ from octopipe.config.schema import Config
 from octopipe.errors import ConfigError
 from octopipe.layers.tensor_parallel import tp_problem
 from octopipe.model.spec import ModelSpec
+from octopipe.model.user_module import UserBlocks
+from octopipe.runtime.hf_tensor_parallel import check_hf_tp, hf_ref
 
 
 @dataclass(frozen=True)
@@ -43,20 +45,22 @@ def train_layout(cfg: Config) -> TrainLayout:
     return layout
 
 
-def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None) -> None:
-    """What the layout needs of the model and the run: TP splits a preset's layers (`model`
-    None: a user's blocks, which it cannot split), every split width divisible by tp; TP runs
-    write no checkpoint; asynchronous schedules run one pipeline."""
+def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None, blocks: UserBlocks | None = None) -> None:
+    """What the layout needs of the model and the run: TP splits a preset's layers or a model=hf
+    decoder's (`model` None: `blocks`, a user's; other factories cannot be split), every split
+    width divisible by tp; TP runs write no checkpoint."""
     t = cfg.train
     if layout.tp > 1:
         if model is None:
-            raise ConfigError(f"train.tp={t.tp}: a user's blocks (model.factory or model.hf) cannot be split "
-                              f"across TP ranks (TP needs layers it can split: a preset's attention, MLP, MoE "
-                              f"and head); use train.tp=1, or train a preset (train.model=<preset>)")
-        if model.layers and model.layers[0].hidden % layout.tp:
+            if blocks is None or hf_ref(blocks) is None:
+                raise ConfigError(f"train.tp={t.tp}: a user's blocks (model.factory) cannot be split across TP "
+                                  f"ranks (TP needs layers it can split: a preset's or a model=hf decoder's); use "
+                                  f"train.tp=1, or train a preset (train.model=<preset>)")
+            check_hf_tp(blocks, layout.tp)
+        elif model.layers and model.layers[0].hidden % layout.tp:
             raise ConfigError(f"train.tp={t.tp} does not divide {model.name}'s hidden size "
                               f"{model.layers[0].hidden}; choose a divisor")
-        for spec in model.layers:
+        for spec in model.layers if model is not None else ():
             problem = tp_problem(spec, layout.tp, model.vocab)
             if problem is not None:
                 raise ConfigError(f"train.{problem} of {model.name}; choose a tp that divides it")

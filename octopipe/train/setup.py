@@ -195,7 +195,8 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     layout = train_layout(cfg)
     check_recompute(cfg.train.recompute, cfg.train.layout)
     blocks, name, note = blocks_for(cfg)
-    check_model(cfg, layout, blocks.model if isinstance(blocks, SpecBlocks) else None)
+    check_model(cfg, layout, blocks.model if isinstance(blocks, SpecBlocks) else None,
+                blocks if isinstance(blocks, UserBlocks) else None)
     if rule_of(cfg) is not None and cfg.train.plan == "tuned":
         note = " ".join(x for x in (note, f"schedule={cfg.schedule.name} trains asynchronously on an even "
                                           f"partition (train.plan=tuned does not apply)") if x)
