@@ -7,6 +7,7 @@ since a rerun stage's output is a new tensor while without recomputation the nex
 rank read the one kept."""
 from __future__ import annotations
 
+import json
 import tempfile
 
 import pytest
@@ -21,7 +22,9 @@ from octopipe.runtime.job import Job
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.recompute import check_recompute, recompute_stages
 from octopipe.train.stream import Stream, StreamBatches
-from tests.train.helpers import OPTIM, batches, gpt, named_plan
+from tests.reliability.cli import run_in_process
+from tests.train.helpers import OPTIM, ROOT, batches, gpt, named_plan
+from tests.train.test_launch import SMALL
 
 
 def test_the_stages_each_setting_recomputes():
@@ -81,3 +84,16 @@ def test_an_asynchronous_stream_reruns_each_forward_at_the_version_it_read():
     assert again.microbatch_losses == pytest.approx(kept.microbatch_losses, rel=1e-6)
     for name, w in kept.params.items():
         assert torch.allclose(again.params[name], w, rtol=1e-6, atol=1e-7), name
+
+
+@pytest.mark.slow
+def test_mode_train_with_full_recomputation_matches_the_reference(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, err = run_in_process(["mode=train", *SMALL, "train.steps=2", "train.recompute=full",
+                                "train.check_reference=true", f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 0, err[-20:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["steps"] == 2 and s["reference_max_rel_err"] <= 1e-5
+    code, err = run_in_process(["mode=train", *SMALL, "train.recompute=plan", f"hydra.run.dir={tmp_path / 'b'}"],
+                               capsys)
+    assert code == 2 and len(err) == 1 and "give train.layout=DIR" in err[0], err
