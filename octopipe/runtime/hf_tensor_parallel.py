@@ -140,9 +140,9 @@ class HFTPBlocks:
         """Ids of the parameters of `stages` every TP rank holds whole (counted once in a norm)."""
         return {id(p) for stage in stages for n, p in stage.named_parameters() if not _is_split(n)}
 
-    def shards(self, stages, names) -> dict:
-        """What this rank holds of every parameter of its `stages`, under the model's names
-        (`names`: train.tied.ModelNames), as `runtime.tensor_parallel.assemble` reads it."""
+    def slice_map(self, stages, names) -> dict[str, tuple[str, tuple[int, ...], torch.Tensor]]:
+        """Per parameter of `stages` (by its stage name): its name in the model (`names`:
+        train.tied.ModelNames), the whole parameter's shape and the flat positions it holds."""
         out = {}
         for stage in stages:
             for n, p in stage.named_parameters():
@@ -156,9 +156,15 @@ class HFTPBlocks:
                 elif leaf == "weight" and lin in COLS and ".layer." in n:
                     shape[1] *= self.tp
                     cols = _slice(shape[1], self.t, self.tp)
-                pos = _positions(tuple(shape), rows, cols)
-                out[names(n)] = (tuple(shape), pos, p.detach().cpu().reshape(-1).clone())
+                out[n] = (names(n), tuple(shape), _positions(tuple(shape), rows, cols))
         return out
+
+    def shards(self, stages, names) -> dict:
+        """What this rank holds of every parameter of its `stages`, under the model's names, as
+        `runtime.tensor_parallel.assemble` reads it."""
+        where = self.slice_map(stages, names)
+        return {where[n][0]: (where[n][1], where[n][2], p.detach().cpu().reshape(-1).clone())
+                for stage in stages for n, p in stage.named_parameters()}
 
 
 def check_hf_tp(blocks: UserBlocks, tp: int) -> None:

@@ -174,6 +174,21 @@ def rank_shards(stages: Iterable, blocks: TPBlocks, seed: int,
     return out
 
 
+def slice_map(stages: Iterable, blocks: TPBlocks, seed: int) -> dict[str, tuple[str, tuple[int, ...], torch.Tensor]]:
+    """Per parameter of `stages` (by its stage name): the whole parameter it slices (the
+    single-process model's name), that parameter's shape, and the flat positions it holds."""
+    out = {}
+    for stage in stages:
+        for j, layer in stage.layers.items():
+            whole = build_layer(blocks.model, int(j), seed)
+            shapes = {n: tuple(p.shape) for n, p in whole.named_parameters()}
+            index = shard_index(whole, blocks.model.layers[int(j)], blocks.t, blocks.tp)
+            for name, _ in layer.named_parameters():
+                of, pos = index[name]
+                out[f"layers.{j}.{name}"] = (f"layers.{j}.{of}", shapes[of], pos)
+    return out
+
+
 def replicated(stages: Iterable, blocks: TPBlocks, seed: int) -> set[int]:
     """Ids of the parameters of `stages` (StageModules built from `blocks`) that every TP rank
     holds whole (norms, replicated layers): counted once, on TP rank 0, in a global norm."""

@@ -31,7 +31,7 @@ from octopipe.runtime.rank_job import RankJob
 from octopipe.runtime.stage import StageModule, as_blocks
 from octopipe.runtime.tensor_parallel import assemble, rank_shards, replicated
 from octopipe.runtime.worker import Rank, join
-from octopipe.train import checkpoint
+from octopipe.train import checkpoint, tp_checkpoint
 from octopipe.train.optim import OptimSettings, StageOptimizers, lr_at
 from octopipe.train.stream import AdamWUpdate, Stream, step_losses
 from octopipe.train.tied import ModelNames, TiedGrads
@@ -62,9 +62,18 @@ class TrainRankJob:
     train: TrainSpec
 
 
+def _local_tensors(worker: Rank, opt: StageOptimizers) -> dict[str, torch.Tensor]:
+    """This rank's parameters and AdamW state under its stage names (`model.<n>`, `optim.<n>.<state>`)."""
+    return {**{f"model.{n}": p for c, mod in sorted(worker.compute.copies.items()) if c[0] == 0
+               for n, p in mod.named_parameters()}, **opt.state_tensors()}
+
+
 def _stage_tensors(worker: Rank, opt: StageOptimizers, names: ModelNames) -> dict[str, torch.Tensor]:
     """This rank's checkpoint tensors under the model's names: `model.<name>` and
-    `optim.<name>.<state>` (the same on any plan, so that a checkpoint outlives it)."""
+    `optim.<name>.<state>` (the same on any plan, so that a checkpoint outlives it; a TP rank's
+    slices put back together with its TP group's: collective)."""
+    if worker.blocks is not None:
+        return tp_checkpoint.whole_tensors(worker, _local_tensors(worker, opt), names)
     out = {f"model.{names(n)}": p for c, mod in sorted(worker.compute.copies.items()) if c[0] == 0
            for n, p in mod.named_parameters()}
     for key, t in opt.state_tensors().items():
@@ -75,6 +84,16 @@ def _stage_tensors(worker: Rank, opt: StageOptimizers, names: ModelNames) -> dic
 
 def _restore(worker: Rank, opt: StageOptimizers, path: str, names: ModelNames) -> None:
     """Fill every copy's parameters and AdamW state from checkpoint `path` (any plan's)."""
+    if worker.blocks is not None:       # TP: whole tensors read, this rank's slices kept
+        local = _local_tensors(worker, opt)
+        mine = tp_checkpoint.take(worker, local, checkpoint.load(path, tp_checkpoint.template(worker, local, names)),
+                                  names)
+        with torch.no_grad():
+            for _, mod in sorted(worker.compute.copies.items()):
+                for n, p in mod.named_parameters():
+                    p.copy_(mine[f"model.{n}"])
+        opt.load_state_tensors({k: v for k, v in mine.items() if k.startswith("optim.")})
+        return
     loaded = checkpoint.load(path, _stage_tensors(worker, opt, names))
     with torch.no_grad():
         for _, mod in sorted(worker.compute.copies.items()):

@@ -48,7 +48,7 @@ def train_layout(cfg: Config) -> TrainLayout:
 def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None, blocks: UserBlocks | None = None) -> None:
     """What the layout needs of the model and the run: TP splits a preset's layers or a model=hf
     decoder's (`model` None: `blocks`, a user's; other factories cannot be split), every split
-    width divisible by tp; TP runs write no checkpoint."""
+    width divisible by tp."""
     t = cfg.train
     if layout.tp > 1:
         if model is None:
@@ -64,6 +64,3 @@ def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None, block
             problem = tp_problem(spec, layout.tp, model.vocab)
             if problem is not None:
                 raise ConfigError(f"train.{problem} of {model.name}; choose a tp that divides it")
-        if t.checkpoint_every or t.resume:
-            raise ConfigError(f"train.tp={t.tp}: checkpoints hold whole tensors, and a TP run's ranks hold "
-                              f"slices; set train.checkpoint_every=0 and train.resume=\"\" (or train.tp=1)")

@@ -123,7 +123,6 @@ REFUSALS = [
     (["train.tp=2"], "train.tp=2: a user's blocks"),
     (["model=hf", "model.hf=qwen3", "train.tp=2"], "train.tp=2: model.hf=qwen3 is qwen3"),
     (["train.model=tiny_hybrid", "train.tp=3"], "train.tp=3 does not divide"),
-    (["train.model=tiny_hybrid", "train.tp=2", "train.checkpoint_every=1"], "train.tp=2: checkpoints"),
     (["train.dp=2", "schedule=pipedream", "train.microbatches=4"], "train.dp=2: schedule=pipedream"),
     (["runtime.tp=2"], "runtime.tp=2: mode=train's tensor parallelism is train.tp"),
 ]
@@ -157,3 +156,23 @@ def test_a_zero_checkpoint_resumes_bit_for_bit_on_its_layout_and_on_one_replica(
     last = {k: (tmp_path / k / "loss.csv").read_text().splitlines()[-1] for k in ("a", "same", "one")}
     assert last["same"].split(",")[:2] == last["a"].split(",")[:2]       # step and loss, to the bit
     assert abs(float(last["one"].split(",")[1]) / float(last["a"].split(",")[1]) - 1) <= 1e-6
+
+
+@pytest.mark.slow
+def test_a_tp_checkpoint_holds_whole_tensors_and_resumes_on_any_tp(tmp_path, capsys, monkeypatch):
+    """A TP run's checkpoint is the model's whole tensors (its slices put back together): it
+    continues bit for bit at tp = 2 and, up to rounding, at tp = 1."""
+    from tests.reliability.cli import run_in_process
+    monkeypatch.chdir(ROOT)
+    base = ["mode=train", "model=tiny_hybrid", "train.pp=2", "train.microbatches=2", "train.plan=schedule",
+            "schedule=1f1b", "train.steps=3"]
+    code, err = run_in_process([*base, "train.tp=2", "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'a'}"],
+                               capsys)
+    assert code == 0, err
+    ckpt = tmp_path / "a" / "checkpoints" / "step_000002"
+    for key, args in {"tp2": ["train.tp=2"], "tp1": []}.items():
+        code, err = run_in_process([*base, *args, f"train.resume={ckpt}", f"hydra.run.dir={tmp_path / key}"], capsys)
+        assert code == 0, err
+    last = {k: float((tmp_path / k / "loss.csv").read_text().splitlines()[-1].split(",")[1])
+            for k in ("a", "tp2", "tp1")}
+    assert last["tp2"] == last["a"] and abs(last["tp1"] / last["a"] - 1) <= 1e-6, last
