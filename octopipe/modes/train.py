@@ -138,8 +138,9 @@ def run(inputs: Inputs) -> Result:
     if chosen is not None:
         summary["layout"] = layout_summary(chosen, scaled)
     if spec.stream is None:
-        summary.update(step_prediction(s, layout, result, train_cluster(cfg), t.dispatch))
-        summary.update(memory_figures(s, layout, result, train_cluster(cfg)))
+        cluster = train_cluster(cfg)
+        summary.update(step_prediction(s, layout, result, cluster, t.dispatch))
+        summary.update(memory_figures(s, layout, result, cluster))
         waits = [e["dp_wait_s"] for ev in result.events for e in ev if "dp_wait_s" in e]
         if waits:       # the last step's wait for the gradient sync after the row: what it did not overlap
             summary["dp_sync_exposed_s"] = max(waits)

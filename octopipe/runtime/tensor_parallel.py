@@ -153,30 +153,10 @@ Shards = dict[str, tuple[tuple[int, ...], torch.Tensor, torch.Tensor]]
 """Whole parameter name -> (its shape, the flat positions a rank holds, their values)."""
 
 
-def rank_shards(stages: Iterable, blocks: TPBlocks, seed: int,
-                value: Callable[[torch.nn.Parameter], torch.Tensor]) -> Shards:
-    """What TP rank `blocks.t` holds of every parameter of its `stages` (StageModules built from
-    `blocks`), under the single-process model's names (`layers.<index>.<name>`); `value` reads a
-    parameter (its gradient, its data)."""
-    out: Shards = {}
-    for stage in stages:
-        for j, layer in stage.layers.items():
-            whole = build_layer(blocks.model, int(j), seed)
-            shapes = {n: tuple(p.shape) for n, p in whole.named_parameters()}
-            index = shard_index(whole, blocks.model.layers[int(j)], blocks.t, blocks.tp)
-            for name, p in layer.named_parameters():
-                of, pos = index[name]
-                key, held = f"layers.{j}.{of}", value(p).detach().cpu().reshape(-1).clone()
-                if key in out:      # a second piece of the same whole parameter
-                    _, pos0, held0 = out[key]
-                    pos, held = torch.cat([pos0, pos]), torch.cat([held0, held])
-                out[key] = (shapes[of], pos, held)
-    return out
-
-
 def slice_map(stages: Iterable, blocks: TPBlocks, seed: int) -> dict[str, tuple[str, tuple[int, ...], torch.Tensor]]:
-    """Per parameter of `stages` (by its stage name): the whole parameter it slices (the
-    single-process model's name), that parameter's shape, and the flat positions it holds."""
+    """Per parameter of `stages` (StageModules built from `blocks`; by its stage name): the whole
+    parameter it slices (the single-process model's name, `layers.<index>.<name>`), that
+    parameter's shape, and the flat positions this TP rank holds of it."""
     out = {}
     for stage in stages:
         for j, layer in stage.layers.items():
@@ -189,19 +169,36 @@ def slice_map(stages: Iterable, blocks: TPBlocks, seed: int) -> dict[str, tuple[
     return out
 
 
+def rank_shards(stages: Iterable, blocks: TPBlocks, seed: int,
+                value: Callable[[torch.nn.Parameter], torch.Tensor]) -> Shards:
+    """What TP rank `blocks.t` holds of every parameter of its `stages`, under the single-process
+    model's names (`slice_map`); `value` reads a parameter (its gradient, its data)."""
+    stages = list(stages)
+    at = slice_map(stages, blocks, seed)
+    out: Shards = {}
+    for stage in stages:
+        for n, p in stage.named_parameters():
+            key, shape, pos = at[n]
+            held = value(p).detach().cpu().reshape(-1).clone()
+            if key in out:      # a second piece of the same whole parameter
+                _, pos0, held0 = out[key]
+                pos, held = torch.cat([pos0, pos]), torch.cat([held0, held])
+            out[key] = (shape, pos, held)
+    return out
+
+
 def replicated(stages: Iterable, blocks: TPBlocks, seed: int) -> set[int]:
-    """Ids of the parameters of `stages` (StageModules built from `blocks`) that every TP rank
-    holds whole (norms, replicated layers): counted once, on TP rank 0, in a global norm."""
+    """Ids of the parameters of `stages` that every TP rank holds whole (norms, replicated
+    layers): counted once, on TP rank 0, in a global norm."""
+    stages = list(stages)
+    at = slice_map(stages, blocks, seed)
     out: set[int] = set()
     for stage in stages:
-        for j, layer in stage.layers.items():
-            whole = build_layer(blocks.model, int(j), seed)
-            sizes = {n: p.numel() for n, p in whole.named_parameters()}
-            index = shard_index(whole, blocks.model.layers[int(j)], blocks.t, blocks.tp)
-            for name, p in layer.named_parameters():
-                of, pos = index[name]
-                if len(pos) == sizes[of] and p.numel() == sizes[of]:
-                    out.add(id(p))
+        for n, p in stage.named_parameters():
+            _, shape, pos = at[n]
+            size = int(torch.Size(shape).numel())
+            if len(pos) == size and p.numel() == size:
+                out.add(id(p))
     return out
 
 

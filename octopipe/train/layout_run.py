@@ -25,6 +25,7 @@ from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.plan import Plan
 from octopipe.plan_io import load_plan
+from octopipe.train.parallel import check_world
 
 WIDTHS = ("head_dim", "ffn", "expert_ffn", "shared_ffn", "ssm_head_dim", "q_lora_rank", "kv_lora_rank",
           "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "projector_ffn")
@@ -168,10 +169,7 @@ def apply_layout(cfg: Config) -> tuple[Config, LayoutChoice | None, str]:
     if cfg.model.name != choice.model:
         raise ConfigError(f"train.layout={path} was laid out for {choice.model} and this run's model is "
                           f"{cfg.model.name}: pass model={choice.model} (a layout belongs to its model)")
-    if choice.world > cfg.runtime.max_ranks:
-        raise ConfigError(f"train.layout={path}: tp {choice.tp} x pp {choice.pp} x dp {choice.dp} = {choice.world} "
-                          f"processes, more than runtime.max_ranks={cfg.runtime.max_ranks} on this machine; run it "
-                          f"under torchrun on several machines, or raise runtime.max_ranks")
+    check_world(cfg, choice.world, f"train.layout={path}: tp {choice.tp} x pp {choice.pp} x dp {choice.dp}")
     model, note = scale_model(replace(cfg.model, micro_batch_size=choice.micro_batch_size), choice.tp,
                               cfg.runtime.max_params)
     train = replace(cfg.train, tp=choice.tp, pp=choice.pp, dp=choice.dp, microbatches=choice.microbatches,

@@ -38,11 +38,17 @@ def train_layout(cfg: Config) -> TrainLayout:
     if layout.zero and layout.dp < 2:
         raise ConfigError(f"train.zero=1 shards AdamW state over data-parallel replicas, and train.dp={t.dp}; "
                           f"set train.dp >= 2 or train.zero=0")
-    if layout.world > cfg.runtime.max_ranks:
-        raise ConfigError(f"train.dp={t.dp} x train.tp={t.tp} x train.pp={t.pp} = {layout.world} processes, more "
-                          f"than runtime.max_ranks={cfg.runtime.max_ranks} on this machine; lower them, raise "
-                          f"runtime.max_ranks, or run under torchrun on several machines (docs/training.md)")
+    check_world(cfg, layout.world, f"train.dp={t.dp} x train.tp={t.tp} x train.pp={t.pp}")
     return layout
+
+
+def check_world(cfg: Config, world: int, what: str) -> None:
+    """Refuse a local launch of more than runtime.max_ranks processes (`what`: where the count
+    came from, for the message)."""
+    if world > cfg.runtime.max_ranks:
+        raise ConfigError(f"{what} = {world} processes, more than runtime.max_ranks={cfg.runtime.max_ranks} on this "
+                          f"machine; lower them, raise runtime.max_ranks, or run under torchrun on several machines "
+                          f"(docs/training.md)")
 
 
 def check_model(cfg: Config, layout: TrainLayout, model: ModelSpec | None, blocks: UserBlocks | None = None) -> None:
