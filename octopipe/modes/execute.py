@@ -27,6 +27,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import preset_names
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
 from octopipe.measure.measured_vs_simulated import Comparison, summarise
+from octopipe.measure.rank_time import rank_profile
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
 from octopipe.model.spec import ModelSpec
@@ -284,7 +285,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         per[c.schedule] = {**c.summary(), "calibration": calibration.name if calibration is not None else None,
                            "agreement": agreement_cost(c.result.events, plan_job.measured),
                            "pinned": list(plan_job.pinned) if plan_job.pinned else None,
-                           "arbitration": arbitration_prediction(plan_job, c.result)}
+                           "arbitration": arbitration_prediction(plan_job, c.result),
+                           "rank_time": rank_profile(c.result.events, list(plan_job.measured))}
         rows.append(c)
         trace = measured_trace(c.result.events, list(plan_job.measured))
         artifacts.append(json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))

@@ -72,6 +72,9 @@ def test_mode_execute_runs_a_tiny_preset_and_writes_trace_and_summary(tmp_path, 
     tracks = {e["tid"] for e in trace if e["ph"] == "X" and e.get("cat") in ("F", "B")}
     flows = [e for e in trace if e["ph"] in ("s", "f")]
     assert tracks == {0, 1} and flows and len(flows) % 2 == 0
+    rt = one["rank_time"]
+    assert rt["messages"] == len(flows) // 2 and rt["transport_us"] > 0
+    assert all(0 < r["compute_s"] <= r["span_s"] and 0 <= r["idle_share"] < 1 for r in rt["ranks"])
 
 
 def test_unknown_runtime_choices_exit_with_one_line(tmp_path):

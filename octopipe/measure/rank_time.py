@@ -1,0 +1,64 @@
+"""Where a rank's time goes in a measured run, from the events the workers record: computing
+(the actions' own spans), deciding what runs next (the dispatcher), waiting (the rest of the
+iteration: inputs not yet arrived, peers behind), the CPU its threads spend beyond computing
+(transport and waiter threads; meaningful for real compute only, emulated actions sleep), and
+how long each message took from its send to its arrival."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _mean(xs: list[float]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def rank_split(events: list[dict], iterations: list[int]) -> dict:
+    """One rank's mean per iteration over `iterations`: span, compute, dispatch (decisions x
+    their mean cost), waiting (span less compute and dispatch), idle share (1 - compute / span)
+    and CPU beyond compute (`cpu_s` less the compute spans)."""
+    keep = set(iterations)
+    span, compute, dispatch, waiting, extra_cpu = [], [], [], [], []
+    for it in sorted(keep):
+        acts = [e for e in events if e.get("it") == it and "action" in e]
+        rec = next((e for e in events if e.get("it") == it and "begin" in e), None)
+        if rec is None or not acts:
+            continue
+        s = rec["finish"] - rec["begin"]
+        c = sum(e["end"] - e["start"] for e in acts)
+        d = len(acts) * (rec.get("dispatch_us") or 0.0) * 1e-6
+        span.append(s)
+        compute.append(c)
+        dispatch.append(d)
+        waiting.append(max(s - c - d, 0.0))
+        if rec.get("cpu_s") is not None:
+            extra_cpu.append(max(rec["cpu_s"] - c, 0.0))
+    mean_span = _mean(span)
+    mean_compute = _mean(compute)
+    return {"span_s": mean_span, "compute_s": mean_compute, "dispatch_s": _mean(dispatch),
+            "waiting_s": _mean(waiting), "cpu_beyond_compute_s": _mean(extra_cpu),
+            "idle_share": (1.0 - mean_compute / mean_span) if mean_span else None}
+
+
+def transfer_seconds(events: list[list[dict]], iterations: list[int]) -> list[float]:
+    """Each message's send-to-arrival time: a send of rank r matched with the arrival of the same
+    key and iteration at its destination."""
+    keep = set(iterations)
+    arrivals = {(e["it"], tuple(e["recv"]), r): e["end"]
+                for r, ev in enumerate(events) for e in ev if "recv" in e and e["it"] in keep}
+    out = []
+    for ev in events:
+        for e in ev:
+            if "send" in e and e["it"] in keep:
+                end = arrivals.get((e["it"], tuple(e["send"]), e["dst"]))
+                if end is not None:
+                    out.append(end - e["start"])
+    return out
+
+
+def rank_profile(events: list[list[dict]], iterations: list[int]) -> dict:
+    """Per rank `rank_split`, the mean transfer time in µs and the mean idle share over ranks."""
+    ranks = [rank_split(ev, iterations) for ev in events]
+    idle = [r["idle_share"] for r in ranks if r["idle_share"] is not None]
+    transfers = transfer_seconds(events, iterations)
+    return {"ranks": ranks, "transport_us": 1e6 * _mean(transfers) if transfers else None,
+            "messages": len(transfers), "idle_share": _mean(idle)}
