@@ -14,10 +14,11 @@ def _mean(xs: list[float]) -> float | None:
 
 def rank_split(events: list[dict], iterations: list[int]) -> dict:
     """One rank's mean per iteration over `iterations`: span, compute, dispatch (decisions x
-    their mean cost), waiting (span less compute and dispatch), idle share (1 - compute / span)
-    and CPU beyond compute (`cpu_s` less the compute spans)."""
+    their mean cost; `dispatch_us`: one decision's mean cost, where the rank recorded one),
+    waiting (span less compute and dispatch), idle share (1 - compute / span) and CPU beyond
+    compute (`cpu_s` less the compute spans)."""
     keep = set(iterations)
-    span, compute, dispatch, waiting, extra_cpu = [], [], [], [], []
+    span, compute, dispatch, waiting, extra_cpu, decision = [], [], [], [], [], []
     for it in sorted(keep):
         acts = [e for e in events if e.get("it") == it and "action" in e]
         rec = next((e for e in events if e.get("it") == it and "begin" in e), None)
@@ -26,6 +27,8 @@ def rank_split(events: list[dict], iterations: list[int]) -> dict:
         s = rec["finish"] - rec["begin"]
         c = sum(e["end"] - e["start"] for e in acts)
         d = len(acts) * (rec.get("dispatch_us") or 0.0) * 1e-6
+        if rec.get("dispatch_us") is not None:
+            decision.append(rec["dispatch_us"])
         span.append(s)
         compute.append(c)
         dispatch.append(d)
@@ -35,6 +38,7 @@ def rank_split(events: list[dict], iterations: list[int]) -> dict:
     mean_span = _mean(span)
     mean_compute = _mean(compute)
     return {"span_s": mean_span, "compute_s": mean_compute, "dispatch_s": _mean(dispatch),
+            "dispatch_us": _mean(decision),
             "waiting_s": _mean(waiting), "cpu_beyond_compute_s": _mean(extra_cpu),
             "idle_share": (1.0 - mean_compute / mean_span) if mean_span else None}
 
@@ -56,9 +60,11 @@ def transfer_seconds(events: list[list[dict]], iterations: list[int]) -> list[fl
 
 
 def rank_profile(events: list[list[dict]], iterations: list[int]) -> dict:
-    """Per rank `rank_split`, the mean transfer time in µs and the mean idle share over ranks."""
+    """Per rank `rank_split`; over ranks the mean decision cost in µs, the mean transfer time in µs
+    and the mean idle share."""
     ranks = [rank_split(ev, iterations) for ev in events]
     idle = [r["idle_share"] for r in ranks if r["idle_share"] is not None]
     transfers = transfer_seconds(events, iterations)
-    return {"ranks": ranks, "transport_us": 1e6 * _mean(transfers) if transfers else None,
+    costs = [r["dispatch_us"] for r in ranks if r["dispatch_us"] is not None]
+    return {"ranks": ranks, "dispatch_us": _mean(costs), "transport_us": 1e6 * _mean(transfers) if transfers else None,
             "messages": len(transfers), "idle_share": _mean(idle)}

@@ -27,7 +27,7 @@ def test_split_of_one_rank():
     r = rank_split(_rank0(), [1])
     assert r["span_s"] == pytest.approx(4.0)
     assert r["compute_s"] == pytest.approx(3.0)
-    assert r["dispatch_s"] == pytest.approx(2 * 500e-6)
+    assert r["dispatch_s"] == pytest.approx(2 * 500e-6) and r["dispatch_us"] == 500.0
     assert r["waiting_s"] == pytest.approx(4.0 - 3.0 - 1e-3)
     assert r["idle_share"] == pytest.approx(0.25)
     assert r["cpu_beyond_compute_s"] == pytest.approx(0.5)
@@ -45,4 +45,5 @@ def test_transfers_match_send_and_arrival():
     assert transfer_seconds(events, [0]) == []
     p = rank_profile(events, [1])
     assert p["transport_us"] == pytest.approx(250000.0) and p["messages"] == 1
+    assert p["dispatch_us"] == 500.0                 # rank 1 recorded no decision
     assert p["idle_share"] == pytest.approx((0.25 + 0.875) / 2)
