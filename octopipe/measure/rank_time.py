@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from octopipe.runtime.trace import deliveries
+
 
 def _mean(xs: list[float]) -> float | None:
     return float(np.mean(xs)) if xs else None
@@ -44,19 +46,9 @@ def rank_split(events: list[dict], iterations: list[int]) -> dict:
 
 
 def transfer_seconds(events: list[list[dict]], iterations: list[int]) -> list[float]:
-    """Each message's send-to-arrival time: a send of rank r matched with the arrival of the same
-    key and iteration at its destination."""
+    """Each message's send-to-arrival time over `iterations` (`runtime.trace.deliveries`)."""
     keep = set(iterations)
-    arrivals = {(e["it"], tuple(e["recv"]), r): e["end"]
-                for r, ev in enumerate(events) for e in ev if "recv" in e and e["it"] in keep}
-    out = []
-    for ev in events:
-        for e in ev:
-            if "send" in e and e["it"] in keep:
-                end = arrivals.get((e["it"], tuple(e["send"]), e["dst"]))
-                if end is not None:
-                    out.append(end - e["start"])
-    return out
+    return [end - e["start"] for _, e, end in deliveries(events, lambda e: e["it"] in keep)]
 
 
 def rank_profile(events: list[list[dict]], iterations: list[int]) -> dict:

@@ -2,6 +2,8 @@
 transfer a flow arrow from the sending action to the moment its message arrived."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from octopipe.report.trace import TraceBuilder
 from octopipe.runtime.transport import BWD, Key
 
@@ -22,30 +24,30 @@ def measured_trace(events: list[list[dict]], iterations: list[int] | None = None
     tr.process(0, "octopipe runtime")
     for r in range(len(events)):
         tr.thread(0, r, f"rank {r}", sort_index=r)
-    arrivals = {}
     for r, ev in enumerate(events):
         for e in ev:
-            if not keep(e):
-                continue
-            if "action" in e:
+            if keep(e) and "action" in e:
                 kind = e["action"].rstrip("0123456789").lstrip("0123456789")
                 tr.slice(e["action"], kind, (0, r), us(e["start"]), us(e["end"]) - us(e["start"]),
                          {"iteration": e["it"]})
-            elif "recv" in e:
-                arrivals[(e["it"], tuple(e["recv"]), r)] = e["end"]
-    flow = 0
+    for flow, (r, e, end) in enumerate(deliveries(events, keep), start=1):
+        key = Key(*e["send"])
+        name = f"{'grad' if key.direction == BWD else 'act'} s{key.stage} mb{key.microbatch}"
+        args = {"bytes": e["bytes"], "to": e["dst"], "iteration": e["it"]}
+        tr.slice(f"send {name}", "comm", (0, r), us(e["start"]), 1, args)
+        tr.slice(f"recv {name}", "comm", (0, e["dst"]), us(end), 1, args)
+        tr.flow(flow, name, "comm", (0, r, us(e["start"])), (0, e["dst"], us(end)))
+    return tr.document()
+
+
+def deliveries(events: list[list[dict]], keep: Callable[[dict], bool]) -> Iterator[tuple[int, dict, float]]:
+    """Each kept send of rank r with the time its message arrived at its destination (the
+    arrival of the same key and iteration there); sends with no recorded arrival are skipped."""
+    arrivals = {(e["it"], tuple(e["recv"]), r): e["end"]
+                for r, ev in enumerate(events) for e in ev if "recv" in e and keep(e)}
     for r, ev in enumerate(events):
         for e in ev:
-            if "send" not in e or not keep(e):
-                continue
-            key = Key(*e["send"])
-            end = arrivals.get((e["it"], tuple(key), e["dst"]))
-            if end is None:
-                continue
-            flow += 1
-            name = f"{'grad' if key.direction == BWD else 'act'} s{key.stage} mb{key.microbatch}"
-            args = {"bytes": e["bytes"], "to": e["dst"], "iteration": e["it"]}
-            tr.slice(f"send {name}", "comm", (0, r), us(e["start"]), 1, args)
-            tr.slice(f"recv {name}", "comm", (0, e["dst"]), us(end), 1, args)
-            tr.flow(flow, name, "comm", (0, r, us(e["start"])), (0, e["dst"], us(end)))
-    return tr.document()
+            if "send" in e and keep(e):
+                end = arrivals.get((e["it"], tuple(e["send"]), e["dst"]))
+                if end is not None:
+                    yield r, e, end
