@@ -79,28 +79,49 @@ def check_job(model: Layers | None, partition, table: ScheduleTable) -> Schedule
     return compute
 
 
+STOPS = (signal.SIGTERM, signal.SIGHUP)
+"""The signals the CLI turns into an orderly stop (besides Ctrl-C); held back like Ctrl-C while
+ranks start, so that no rank is half-started when the launcher exits."""
+
+
 @contextlib.contextmanager
-def interrupts_held() -> Iterator[list[bool]]:
-    """Hold Ctrl-C (SIGINT) back for the block, then deliver it. While held, SIGINT is blocked in
-    this thread, so processes started here inherit it blocked and never raise KeyboardInterrupt
-    (the launcher stops them); one arriving in another thread only raises a flag, which the
-    block sees in the list it is given (non-empty: interrupted) to stop early. Off the main
-    thread (where no handler can be set) the block runs as it is. A process that started with
-    Ctrl-C ignored (a background job of a non-interactive shell, nohup) keeps ignoring it."""
-    hit: list[bool] = []
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C (SIGINT) and the CLI's stop signals (SIGTERM, SIGHUP) back for the block, then
+    deliver the first that arrived. While held, SIGINT is blocked in this thread, so processes
+    started here inherit it blocked and never raise KeyboardInterrupt (the launcher stops them);
+    a signal arriving in the block only records its number in the list the block is given
+    (non-empty: stop early). A stop signal is held only where Python handles it (the CLI raises
+    an orderly stop from it): raised in the middle of starting a rank, it would leave a process
+    that the launcher never learns of, which fails to unpickle its start once the launcher has
+    exited. Off the main thread (where no handler can be set) the block runs as it is. A process
+    that started with Ctrl-C ignored (a background job of a non-interactive shell, nohup) keeps
+    ignoring it."""
+    hit: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN    # started ignoring Ctrl-C: it stays so
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else lambda *_: hit.append(True))
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN if ignored
+                                             else lambda n, _: hit.append(n))}
+    previous.update({s: signal.signal(s, lambda n, _: hit.append(n)) for s in STOPS
+                     if callable(signal.getsignal(s))})
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield hit
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.signal(signal.SIGINT, previous)
-    if hit and previous is not signal.SIG_IGN:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if hit:
+        _deliver(hit[0], previous[hit[0]])
+
+
+def _deliver(signum: int, handler) -> None:
+    """Deliver a held signal as its handler outside the block would have."""
+    if signum == signal.SIGINT and handler is not signal.SIG_IGN:
         raise KeyboardInterrupt
+    if callable(handler):
+        handler(signum, None)
 
 
 def process_context():
@@ -419,11 +440,11 @@ def run_ranks(target, payload, table: ScheduleTable, timeout_s: float, stall_s: 
                 if interrupted:
                     break
                 p.start()
-        if any(p.pid is None for p in procs):   # a Ctrl-C stopped the starts and was not delivered
+        if any(p.pid is None for p in procs):   # a signal stopped the starts and was not delivered
             raise KeyboardInterrupt
         _watch(procs, control, table, timeout_s, stall_s, timeout_name)
     finally:
-        with interrupts_held():     # a second Ctrl-C must not cut the clean-up short
+        with interrupts_held():     # a second Ctrl-C or SIGTERM must not cut the clean-up short
             for p in procs:
                 if p.pid is not None and p.exitcode is None:
                     p.kill()

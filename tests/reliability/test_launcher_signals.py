@@ -66,3 +66,35 @@ def test_killing_the_launcher_leaves_no_process_and_no_temp_dir(sig, argv, tmp_p
     if sig == signal.SIGTERM and argv == CLI:
         assert proc.returncode == 128 + signal.SIGTERM
         assert "octopipe: terminated by SIGTERM" in err and "Traceback" not in err, err
+
+
+MID_START = ["-c", """
+import signal, os
+from multiprocessing import forkserver
+from octopipe.run import stops_cleanly
+from octopipe.runtime.launch import run_ranks
+from octopipe.schedule.library import build_schedule
+
+read_signed = forkserver.read_signed
+def late_sigterm(fd):
+    # the launcher has sent the rank its start and waits for its pid: SIGTERM arrives now
+    forkserver.read_signed = read_signed
+    os.kill(os.getpid(), signal.SIGTERM)
+    return read_signed(fd)
+
+if __name__ == "__main__":
+    with stops_cleanly():
+        forkserver.read_signed = late_sigterm
+        run_ranks(print, "started", build_schedule("1f1b", 2, 2), timeout_s=60, stall_s=60)
+"""]
+
+
+def test_sigterm_while_a_rank_starts_is_the_one_line_and_nothing_after(tmp_path):
+    """A SIGTERM in the middle of starting a rank is held until the start is done: the rank is
+    known to the launcher and stopped by it, instead of failing on its own once the launcher
+    has gone (a forkserver traceback after the one line)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, *MID_START], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.splitlines() == ["octopipe: terminated by SIGTERM"], proc.stderr
