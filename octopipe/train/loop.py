@@ -137,10 +137,11 @@ def _blocks_of(worker: Rank, stage: int) -> str:
     return f"stage {stage} (block{'s' if hi - lo > 1 else ''} {lo}{'-' + str(hi - 1) if hi - lo > 1 else ''})"
 
 
-def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> dict | None:
-    """Collective: None when step `step`'s loss, every forward output and every gradient are
-    finite; else where the first non-finite value arose: the first stage whose forward output
-    was, else the last stage whose gradient was (a backward runs from the last stage down)."""
+def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> tuple[dict | None, float]:
+    """Collective: (None, the gradient's global sum of squares) when step `step`'s loss, every
+    forward output and every gradient are finite; else where the first non-finite value arose:
+    the first stage whose forward output was, else the last stage whose gradient was (a backward
+    runs from the last stage down). The sum of squares is the clipping norm's, reduced once."""
     compute, n = worker.compute, worker.table.n_stages
     v = torch.zeros(2 * n, dtype=torch.float64)
     for s, flags in compute.output_finite.items():
@@ -151,7 +152,7 @@ def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> dict 
     bad_out = [s for s in range(n) if v[s] != 0]
     bad_grad = [s for s in range(n) if not math.isfinite(float(v[n + s]))]
     if math.isfinite(loss) and not bad_out and not bad_grad:
-        return None
+        return None, float(v[n:].sum())
     if bad_out:
         where = f"{_blocks_of(worker, bad_out[0])} is the first whose forward output is not finite"
     elif not math.isfinite(loss):
@@ -159,7 +160,7 @@ def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> dict 
     else:
         where = f"{_blocks_of(worker, bad_grad[-1])} is the first whose gradient is not finite"
     return {"step": step + 1, "loss": loss, "stage": bad_out[0] if bad_out else (
-        n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}
+        n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}, math.nan
 
 
 def _idle_shares(worker: Rank, rank: int, step: int, dt: float) -> list[float]:
@@ -258,10 +259,10 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         worker.iteration(step)
         tied.sum()
         loss = _mean_loss(worker, table.n_microbatches)
-        diverged = _health(worker, opt, step, loss)
+        diverged, squares = _health(worker, opt, step, loss)
         if diverged is not None:        # stop before the update: the weights stay those of the last good step
             return {"diverged": diverged, "checkpoint": saved, "losses": losses, "params": {}, "events": []}
-        norm = opt.step(step)
+        norm = opt.step(step, squares)
         if sync is not None:
             sync.gather_params()
         dt = time.perf_counter() - t0

@@ -95,9 +95,11 @@ class StageOptimizers:
             out[c[1]] = out.get(c[1], 0.0) + float(sq)
         return out
 
-    def clip(self) -> float:
-        """Scale every gradient so that the global norm is at most `clip_norm`; the norm before."""
-        norm = self.grad_norm()
+    def clip(self, squares: float | None = None) -> float:
+        """Scale every gradient so that the global norm is at most `clip_norm`; the norm before.
+        `squares`: the global sum of squares when the caller has reduced it already (the loop's
+        health check sums `stage_squares` over ranks), which saves a second pass and reduction."""
+        norm = self.grad_norm() if squares is None else math.sqrt(squares)
         limit = self.settings.clip_norm
         if limit > 0 and norm > limit:
             coef = limit / (norm + 1e-6)
@@ -126,9 +128,10 @@ class StageOptimizers:
                     g["lr"] = lr
                 opt.step()
 
-    def step(self, step: int) -> float:
-        """Clip by the global norm, then update every stage; the norm before clipping."""
-        norm = self.clip()
+    def step(self, step: int, squares: float | None = None) -> float:
+        """Clip by the global norm, then update every stage; the norm before clipping (`squares`
+        as in `clip`)."""
+        norm = self.clip(squares)
         for stage in sorted({c[1] for c in self.opts}):
             self.step_stage(stage, step)
         return norm
