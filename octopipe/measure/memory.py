@@ -24,13 +24,19 @@ import torch
 from octopipe.cluster import Cluster
 from octopipe.cost.table import CostTable
 from octopipe.measure.insitu import Calibration
+from octopipe.measure.measured_vs_simulated import replay_costs
 from octopipe.plan import Plan
 from octopipe.runtime.compute import RealCompute
-from octopipe.runtime.memory import tensor_bytes
+from octopipe.runtime.job import Job
+from octopipe.runtime.launch import ExecutionResult
+from octopipe.runtime.memory import memory_comparison, tensor_bytes
 from octopipe.runtime.stage import as_blocks
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
+from octopipe.sim.sim_result import SimResult
+
+MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,8 +82,8 @@ def layer_bytes(model, seed: int = 0, device: torch.device | None = None) -> Lay
 def memory_costs(costs: CostTable, measured: LayerBytes, table: ScheduleTable,
                  partition: Sequence[tuple[int, int]]) -> CostTable:
     """`costs` with the memory columns of `measured` for `table` on `partition` (see the module):
-    act_bytes what a micro-batch holds on its stage at most, w_act_bytes what it holds after I,
-    static_bytes the parameters and gradients."""
+    act_bytes what F keeps, w_act_bytes what a micro-batch holds after I (more: I's free is
+    negative, memory grows when it ends), static_bytes the parameters and gradients."""
     kinds = {a.kind for row in table.rows for a in row if a is not None}
     split = bool({ActionKind.I, ActionKind.W} & kinds)
     fwd, after = measured.forward.copy(), measured.after_input.copy()
@@ -87,8 +93,7 @@ def memory_costs(costs: CostTable, measured: LayerBytes, table: ScheduleTable,
         elif table.placement[s] != table.placement[s - 1]:
             fwd[lo] += measured.output[lo - 1]  # the input received from another rank
             after[lo] += measured.output[lo - 1]
-    act = np.maximum(fwd, after) if split else fwd
-    return replace(costs, act_bytes=act, w_act_bytes=after if split else np.zeros_like(act),
+    return replace(costs, act_bytes=fwd, w_act_bytes=after if split else np.zeros_like(fwd),
                    static_bytes=measured.state.copy(), _prefix={})
 
 
@@ -109,4 +114,38 @@ def simulated_bytes(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: st
         res = simulate(plan, costs, cluster, policy=dispatch, semantics="eager")
     else:
         res = calibration.simulated(plan, costs, cluster, dispatch)
-    return [float(x) for x in res.peak_memory]
+    return simulated_peaks(res)
+
+
+def simulated_peaks(res: SimResult) -> list[float]:
+    """Each device's static bytes plus the highest activation bytes of its simulated memory trace
+    (`SimResult.memory_trace`: also after an I that adds bytes, which the engine's peak, taken when
+    an F allocates, does not see)."""
+    return [float(res.static_memory[d] + max(0.0, res.memory_trace(d)[1].max(initial=0.0)))
+            for d in range(res.n_devices)]
+
+
+def rank_layer_bytes(job: Job, model, device: str) -> LayerBytes | None:
+    """`layer_bytes` of `model` on the ranks' `device` where they run whole layers without
+    recomputation (real compute, no tensor parallelism); else None."""
+    if job.config.compute != "real" or job.config.tp > 1 or job.recompute:
+        return None
+    return layer_bytes(model, job.seed, torch.device(device))
+
+
+def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | None,
+                   measured: LayerBytes | None) -> dict:
+    """summary.json's memory figures of one launch of `job`: each rank's measured bytes
+    (`measured_bytes`) beside the simulator's peak for the plan as it ran, priced with the layers'
+    `measured` bytes and timed as the iteration is predicted (`simulated_bytes`), and timed by the
+    stage times of the measured iterations themselves (the replay); null without `measured`."""
+    if measured is None:
+        return dict.fromkeys(MEMORY_KEYS)
+    plan = replace(job.plan, table=res.table) if res.table is not None else job.plan
+    costs = memory_costs(job.costs, measured, plan.table, plan.partition)
+    its = list(job.measured)
+    replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=job.config.dispatch,
+                      semantics="eager")
+    return {**memory_comparison(measured_bytes(res.events, its),
+                                simulated_bytes(plan, costs, job.cluster, job.config.dispatch, calibration)),
+            "memory_simulated_replay_bytes": simulated_peaks(replay)}

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.table import Table
 
 from octopipe.asynchronous.tables import refuse_flushing
@@ -28,7 +27,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import preset_names
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
 from octopipe.measure.measured_vs_simulated import Comparison, summarise
-from octopipe.measure.memory import LayerBytes, layer_bytes, measured_bytes, memory_costs, simulated_bytes
+from octopipe.measure.memory import MEMORY_KEYS, memory_figures, rank_layer_bytes
 from octopipe.measure.rank_time import rank_profile
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
@@ -43,7 +42,6 @@ from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.runtime.machine import local_cluster, measure_loopback
-from octopipe.runtime.memory import memory_comparison
 from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
@@ -256,26 +254,6 @@ def arbitration_prediction(job: Job, res: ExecutionResult) -> dict | None:
             "images_max": config.images_max, "transfer_delay": config.transfer_delay}
 
 
-def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | None,
-                   measured: LayerBytes | None) -> dict:
-    """Each rank's measured memory beside the simulator's peak for the plan as it ran, priced with
-    the layers' measured bytes (`octopipe.measure.memory`) and timed as the iteration is predicted;
-    null figures without them (emulated compute, tensor parallelism)."""
-    if measured is None:
-        return dict.fromkeys(("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err"))
-    plan = replace(job.plan, table=res.table) if res.table is not None else job.plan
-    costs = memory_costs(job.costs, measured, plan.table, plan.partition)
-    return memory_comparison(measured_bytes(res.events, list(job.measured)),
-                             simulated_bytes(plan, costs, job.cluster, job.config.dispatch, calibration))
-
-
-def _layer_bytes(job: Job, model: ModelSpec) -> LayerBytes | None:
-    """The layers' measured bytes where the ranks run whole real layers (else None)."""
-    if job.config.compute != "real" or job.config.tp > 1 or job.recompute:
-        return None
-    return layer_bytes(model, job.seed, torch.device(rank_links(job.config)["device"]))
-
-
 def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], CostTable]) -> Result:
     """Run every plan as `job` (model, config, seed, costs and the simulator's cluster) runs
     them, each predicted from its calibration, and compare; `costs_of(model)` prices a plan
@@ -298,7 +276,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                 report.append(f"plan {plan.table.name}: layers split as pieces={plan.pieces} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = job.costs if run_model is model else costs_of(run_model)
-            model_bytes[run_model] = _layer_bytes(job, run_model)
+            model_bytes[run_model] = rank_layer_bytes(job, run_model, links["device"])
         plan_job = replace(job, plan=plan, model=run_model, costs=model_costs[run_model], pinned=pin)
         check_arbitration(plan_job, plan.table.compact().compute_only(),
                           choose_transport(config.backend, config.transport, config.device)[0])
@@ -338,7 +316,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                           f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
         if d["memory_max_rel_err"] is not None:
             report.append(f"{name} memory per rank (MB): measured {_mb(d['memory_measured_bytes'])}, simulated "
-                          f"{_mb(d['memory_simulated_bytes'])}, max rel err {100 * d['memory_max_rel_err']:.1f}%")
+                          f"{_mb(d['memory_simulated_bytes'])} (max rel err {100 * d['memory_max_rel_err']:.1f}%), "
+                          f"replay {_mb(d['memory_simulated_replay_bytes'])}")
         if agreed is not None:
             report.append(f"{name}: TP agreement {agreed['us_per_round']:.0f} us per round, "
                           f"{agreed['rounds_per_task']:.2f} rounds per task, at most "
@@ -367,8 +346,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
         "arbitration": per[first.schedule]["arbitration"],
         "tp": config.tp, "agreement": per[first.schedule]["agreement"],
-        **{k: per[first.schedule][k] for k in ("memory_measured_bytes", "memory_simulated_bytes",
-                                               "memory_max_rel_err")},
+        **{k: per[first.schedule][k] for k in MEMORY_KEYS},
         "schedules": per}
     return Result(summary, tuple(report), tuple(artifacts))
 
