@@ -34,7 +34,6 @@ from octopipe.runtime.stage import as_blocks
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
-from octopipe.sim.sim_result import SimResult
 
 MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
 
@@ -83,7 +82,8 @@ def memory_costs(costs: CostTable, measured: LayerBytes, table: ScheduleTable,
                  partition: Sequence[tuple[int, int]]) -> CostTable:
     """`costs` with the memory columns of `measured` for `table` on `partition` (see the module):
     act_bytes what F keeps, w_act_bytes what a micro-batch holds after I (more: I's free is
-    negative, memory grows when it ends), static_bytes the parameters and gradients."""
+    negative, memory grows when it ends, and the simulator's peak, taken as each action starts,
+    sees it at the row's next action), static_bytes the parameters and gradients."""
     kinds = {a.kind for row in table.rows for a in row if a is not None}
     split = bool({ActionKind.I, ActionKind.W} & kinds)
     fwd, after = measured.forward.copy(), measured.after_input.copy()
@@ -114,15 +114,7 @@ def simulated_bytes(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: st
         res = simulate(plan, costs, cluster, policy=dispatch, semantics="eager")
     else:
         res = calibration.simulated(plan, costs, cluster, dispatch)
-    return simulated_peaks(res)
-
-
-def simulated_peaks(res: SimResult) -> list[float]:
-    """Each device's static bytes plus the highest activation bytes of its simulated memory trace
-    (`SimResult.memory_trace`: also after an I that adds bytes, which the engine's peak, taken when
-    an F allocates, does not see)."""
-    return [float(res.static_memory[d] + max(0.0, res.memory_trace(d)[1].max(initial=0.0)))
-            for d in range(res.n_devices)]
+    return [float(x) for x in res.peak_memory]
 
 
 def rank_layer_bytes(job: Job, model, device: str) -> LayerBytes | None:
@@ -148,4 +140,4 @@ def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | No
                       semantics="eager")
     return {**memory_comparison(measured_bytes(res.events, its),
                                 simulated_bytes(plan, costs, job.cluster, job.config.dispatch, calibration)),
-            "memory_simulated_replay_bytes": simulated_peaks(replay)}
+            "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory]}
