@@ -8,10 +8,10 @@ gets the bytes the runtime's own meter (`octopipe.runtime.memory.SavedMeter`) co
 reads the meter around each action (F: what autograd saves plus the output the stage keeps; I: the
 intermediate gradients kept for W, on top of a graph that torch's split backward retains until W).
 `memory_costs` turns them into a CostTable's memory columns for one plan: a stage also keeps its
-input (received from another rank); a table with split backwards holds a micro-batch's bytes after
-I until W, which the simulator's F allocation carries from the start (I only ever adds); the stage
-holding the embedding has no input gradient (its I keeps nothing); parameters and gradients are the
-static bytes (mode=execute has no optimizer state).
+input (received from another rank); a table with split backwards holds more after I than after F
+until W (a negative free at I); the stage holding the embedding has no input gradient (its I keeps
+nothing); parameters and gradients are the static bytes (mode=execute has no optimizer state).
+`memory_figures` puts each rank's measured bytes beside the simulator's peak (docs/runtime.md).
 """
 from __future__ import annotations
 
