@@ -51,13 +51,15 @@ class LayerBytes:
     state: np.ndarray
 
 
-def layer_bytes(model, seed: int = 0, device: torch.device | None = None) -> LayerBytes:
-    """Measure `LayerBytes` of `model` (a ModelSpec or block list) on `device`: one micro-batch
-    through every layer's F, then every I in reverse, then every W, the meter read around each."""
+def layer_bytes(model, seed: int = 0, device: torch.device | None = None, batches=None) -> LayerBytes:
+    """Measure `LayerBytes` of `model` (a ModelSpec, or a block list with its `batches` source) on
+    `device`: one micro-batch through every layer's F, then every I in reverse, then every W, the
+    meter read around each."""
     device = device or torch.device("cpu")
     n = as_blocks(model).n_blocks
     compute = RealCompute(model, tuple((j, j + 1) for j in range(n)), tuple((0, j) for j in range(n)),
                           1, seed, device)
+    compute.batches = batches or compute.batches
     compute.start_iteration(0)
     meter = compute.meter
     fwd, inp, out = np.zeros(n), np.zeros(n), np.zeros(n)
