@@ -36,7 +36,8 @@ from octopipe.schedule.action import Action, ActionKind
 from octopipe.schedule.library import build_schedule
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
-from octopipe.sim.core_sharing import concurrency, fit_background, makespan, stretch
+from octopipe.sim.core_sharing import concurrency, fit_background, shared_run, stretch
+from octopipe.sim.sim_result import SimResult
 
 KINDS = ("F", "I", "W", "B")
 
@@ -174,12 +175,16 @@ class Calibration:
 
     def predict(self, plan, base: CostTable, cluster, dispatch: str) -> float:
         """Simulated iteration time of `plan` from these costs (and, with `cores`, shared cores)."""
+        return float(self.simulated(plan, base, cluster, dispatch).makespan)
+
+    def simulated(self, plan, base: CostTable, cluster, dispatch: str) -> SimResult:
+        """The simulated run `predict` times (its memory columns `base`'s)."""
         costs = self.costs_for(plan.table, base, plan.partition)
         if self.cores is None:
-            return float(simulate(plan, costs, cluster, policy=dispatch, semantics="eager").makespan)
+            return simulate(plan, costs, cluster, policy=dispatch, semantics="eager")
         pinned = None if self.pinned is None else [self.pinned[d % len(self.pinned)]
                                                    for d in range(plan.table.n_devices)]
-        return makespan(plan, costs, cluster, dispatch, self.cores, self.background, pinned=pinned)
+        return shared_run(plan, costs, cluster, dispatch, self.cores, self.background, pinned=pinned)
 
     def costs_for(self, table: ScheduleTable, base: CostTable,
                   partition: Sequence[tuple[int, int]] | None = None) -> CostTable:

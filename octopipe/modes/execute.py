@@ -27,6 +27,7 @@ from octopipe.errors import ConfigError
 from octopipe.io import preset_names
 from octopipe.measure.insitu import Calibration, calibrate, calibration_partition
 from octopipe.measure.measured_vs_simulated import Comparison, summarise
+from octopipe.measure.memory import MEMORY_KEYS, memory_figures, rank_layer_bytes
 from octopipe.measure.rank_time import rank_profile
 from octopipe.model.build import build_model
 from octopipe.model.params import model_params
@@ -197,6 +198,10 @@ def _calibration(job: Job, partition, report: list) -> Calibration | None:
     return cal
 
 
+def _mb(values: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{x / 1e6:.2f}" for x in values) + "]"
+
+
 def _table(rows: Sequence[Comparison], title: str) -> Table:
     t = Table(title=title)
     for col in ("schedule", "measured s/iter", "simulated s/iter", "fidelity error", "profiled error",
@@ -261,6 +266,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
     # per model the plans run (split layers or not) its costs; per (model, ranks, calibration
     # partition) a calibration, all launched before the measured runs
     model_costs: dict = {}
+    model_bytes: dict = {}
     calibrations: dict = {}
     jobs, keys = [], []
     for plan, pin in zip(plans, pins):
@@ -270,6 +276,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                 report.append(f"plan {plan.table.name}: layers split as pieces={plan.pieces} "
                               f"({model.n_layers} -> {run_model.n_layers} layers)")
             model_costs[run_model] = job.costs if run_model is model else costs_of(run_model)
+            model_bytes[run_model] = rank_layer_bytes(job, run_model, links["device"])
         plan_job = replace(job, plan=plan, model=run_model, costs=model_costs[run_model], pinned=pin)
         check_arbitration(plan_job, plan.table.compact().compute_only(),
                           choose_transport(config.backend, config.transport, config.device)[0])
@@ -286,7 +293,8 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
                            "agreement": agreement_cost(c.result.events, plan_job.measured),
                            "pinned": list(plan_job.pinned) if plan_job.pinned else None,
                            "arbitration": arbitration_prediction(plan_job, c.result),
-                           "rank_time": rank_profile(c.result.events, list(plan_job.measured))}
+                           "rank_time": rank_profile(c.result.events, list(plan_job.measured)),
+                           **memory_figures(plan_job, c.result, calibration, model_bytes[plan_job.model])}
         rows.append(c)
         trace = measured_trace(c.result.events, list(plan_job.measured))
         artifacts.append(json_artifact("trace.json" if len(plans) == 1 else f"trace_{c.schedule}.json", trace))
@@ -306,6 +314,10 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
             report.append(f"{name} under hint={arb['hint']}, max_inflight={arb['max_inflight']}, jitter_cv="
                           f"{arb['jitter_cv']}: measured {arb['measured_iteration_s']:.4f} s/iter, simulated on "
                           f"the same draws {arb['simulated_iteration_s']:.4f} ({100 * arb['error']:.1f}%)")
+        if d["memory_max_rel_err"] is not None:
+            report.append(f"{name} memory per rank (MB): measured {_mb(d['memory_measured_bytes'])}, simulated "
+                          f"{_mb(d['memory_simulated_bytes'])} (max rel err {100 * d['memory_max_rel_err']:.1f}%), "
+                          f"replay {_mb(d['memory_simulated_replay_bytes'])}")
         if agreed is not None:
             report.append(f"{name}: TP agreement {agreed['us_per_round']:.0f} us per round, "
                           f"{agreed['rounds_per_task']:.2f} rounds per task, at most "
@@ -334,6 +346,7 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
         "mean_fidelity_error": sum(c.fidelity_error for c in rows) / len(rows),
         "arbitration": per[first.schedule]["arbitration"],
         "tp": config.tp, "agreement": per[first.schedule]["agreement"],
+        **{k: per[first.schedule][k] for k in MEMORY_KEYS},
         "schedules": per}
     return Result(summary, tuple(report), tuple(artifacts))
 

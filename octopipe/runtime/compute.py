@@ -315,5 +315,9 @@ class EmulatedCompute:
     def named_grads(self) -> dict[str, torch.Tensor]:
         return {}
 
+    def state_bytes(self) -> int:
+        """No parameters or gradients are held."""
+        return 0
+
     def parameters(self):
         return []

@@ -9,6 +9,8 @@ counts) are not counted.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -101,3 +103,11 @@ def tensor_bytes(tensors) -> int:
 def optimizer_bytes(opt: torch.optim.Optimizer) -> int:
     """The bytes of a torch optimizer's state tensors (AdamW: its two moments and step counts)."""
     return tensor_bytes(v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+def memory_comparison(measured: Sequence[float], simulated: Sequence[float]) -> dict:
+    """summary.json's memory figures (mode=execute and mode=train): each rank's measured bytes
+    beside the simulator's peak for it, and the largest |measured - simulated| / simulated."""
+    errs = [abs(a - b) / b for a, b in zip(measured, simulated) if b > 0]
+    return {"memory_measured_bytes": list(measured), "memory_simulated_bytes": list(simulated),
+            "memory_max_rel_err": max(errs) if errs else None}

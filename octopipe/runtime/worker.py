@@ -410,6 +410,7 @@ class Rank:
                             "agree_us": 1e6 * self._agree_s / self._agree_rounds if self._agree_rounds else None,
                             "agree_rounds": self._agree_rounds, "agree_tasks": self._agree_tasks,
                             "saved_peak_bytes": self.compute.saved_peak_bytes,
+                            "state_bytes": self.compute.state_bytes(),
                             **({"dp_sync_start": dict(self.grad_sync.started), "dp_wait_s": self.grad_sync.wait_s}
                                if self.grad_sync is not None else {})})
         for key, dst, t, nbytes, held in self.transport.sent:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from octopipe.sim import Simulator
+from octopipe.sim.sim_result import SimResult
 
 
 def concurrency(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
@@ -60,6 +61,12 @@ def makespan(plan, costs, cluster, dispatch: str, cores: float, background: floa
              rounds: int = 8, pinned: Sequence[int] | None = None) -> float:
     """The simulated iteration time of `plan` when ranks share `cores` (see the module docstring);
     with `pinned` (each rank's core), ranks share only the core they are pinned to."""
+    return float(shared_run(plan, costs, cluster, dispatch, cores, background, rounds, pinned).makespan)
+
+
+def shared_run(plan, costs, cluster, dispatch: str, cores: float, background: float,
+               rounds: int = 8, pinned: Sequence[int] | None = None) -> SimResult:
+    """The simulated run of `plan` at the fixed point `makespan` finds (its timeline and memory)."""
     sim = Simulator(plan, costs, cluster)
     base = sim.durations.compute
     dur = base.copy()
@@ -74,4 +81,4 @@ def makespan(plan, costs, cluster, dispatch: str, cores: float, background: floa
         target = base * stretch(concurrency(res.start, res.end, group), per_group, background)
         dur = 0.5 * dur + 0.5 * target
         res = sim.run(sim.durations.scaled(compute=dur), policy=dispatch, semantics="eager")
-    return float(res.makespan)
+    return res

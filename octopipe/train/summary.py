@@ -9,6 +9,7 @@ import numpy as np
 
 from octopipe.layers.pieces import pieces_state_dict
 from octopipe.report.figures import pyplot, save
+from octopipe.runtime.memory import memory_comparison
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.sim.simulator import simulate
 from octopipe.train.loop import TrainRun
@@ -68,10 +69,8 @@ def memory_figures(s, layout, run: TrainRun, cluster) -> dict:
     stride = layout.dp * layout.tp
     measured = [m["saved_peak_bytes"] + m["state_bytes"] for m in run.memory]
     simulated = [float(sim.peak_memory[r // stride]) for r in range(len(measured))]
-    errs = [abs(a - b) / b for a, b in zip(measured, simulated) if b > 0]
-    return {"memory_measured_bytes": measured, "memory_simulated_bytes": simulated,
-            "saved_activation_peak_bytes": [m["saved_peak_bytes"] for m in run.memory],
-            "memory_max_rel_err": max(errs) if errs else None}
+    return {**memory_comparison(measured, simulated),
+            "saved_activation_peak_bytes": [m["saved_peak_bytes"] for m in run.memory]}
 
 
 def loss_csv(records: list[dict]) -> str:

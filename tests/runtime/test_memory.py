@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from octopipe.runtime.memory import SavedMeter, optimizer_bytes, storage_pointers
+from octopipe.runtime.memory import SavedMeter, memory_comparison, optimizer_bytes, storage_pointers
 
 
 def _pair():
@@ -52,3 +52,25 @@ def test_optimizer_bytes_sums_adamw_state():
     opt.step()
     steps = sum(s["step"].numel() * s["step"].element_size() for s in opt.state.values())
     assert optimizer_bytes(opt) == 2 * 4 * (12 + 3) + steps
+
+
+def test_a_layers_weight_saved_by_autograd_is_not_an_activation():
+    """nn.Linear saves its input and its weight (through a transposed view) for the backward, relu
+    its output: excluding the parameters leaves the input and the output."""
+    lin = torch.nn.Linear(8, 3)
+    x = torch.randn(4, 8, requires_grad=True)
+    counted = []
+    for exclude in (storage_pointers(lin.parameters()), set()):
+        meter = SavedMeter(exclude)
+        with meter.hooks():
+            y = lin(x).relu().sum()
+        counted.append(meter.live)
+        del y
+    assert counted == [4 * 8 * 4 + 4 * 3 * 4, 4 * 8 * 4 + 4 * 3 * 4 + 3 * 8 * 4]
+
+
+def test_memory_comparison_is_the_largest_relative_difference_per_rank():
+    got = memory_comparison([110, 50], [100.0, 50.0])
+    assert got == {"memory_measured_bytes": [110, 50], "memory_simulated_bytes": [100.0, 50.0],
+                   "memory_max_rel_err": 0.1}
+    assert memory_comparison([1], [0.0])["memory_max_rel_err"] is None

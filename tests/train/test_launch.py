@@ -27,6 +27,7 @@ def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys,
     assert s["steps"] == 6 and s["final_loss"] < s["initial_loss"] and s["tokens_per_s"] > 0
     assert s["reference_max_rel_err"] <= 1e-5 and s["plan"] == "octopipe"
     assert s["checkpoint"].endswith("step_000006")
+    assert len(s["memory_measured_bytes"]) == len(s["memory_simulated_bytes"]) and s["memory_max_rel_err"] >= 0
     assert (tmp_path / "ckpt" / "step_000003" / "plan.json").is_file()
     assert len((out / "loss.csv").read_text().splitlines()) == 7
     assert {"loss.png", "plan.json", "schedule.csv"} <= {p.name for p in out.iterdir()}
