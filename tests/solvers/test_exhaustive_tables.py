@@ -1,0 +1,79 @@
+"""The exhaustive table search (solvers.exhaustive_tables) against brute force: every row order
+of every device, timed by octopipe's simulator, the shortest that runs and fits the budget."""
+import functools
+import itertools
+import math
+
+import pytest
+
+from octopipe.errors import DeadlockError, InfeasibleError
+from octopipe.measure.bench.memory_optimality import Case, cluster_of, costs_of, instance_of, plan_of
+from octopipe.sim.simulator import simulate
+from solvers.exhaustive_tables import exhaustive_table
+from solvers.zb_auto import ZbInstance
+
+SLACK = 1 + 1e-9
+
+
+def row_orders(m):
+    """Every order of F, I, W of `m` micro-batches on one device in which each micro-batch's
+    F comes before its I and its I before its W (any other order deadlocks at once)."""
+    acts = [(k, j) for j in range(m) for k in range(3)]
+    for perm in itertools.permutations(acts):
+        pos = {a: n for n, a in enumerate(perm)}
+        if all(pos[(0, j)] < pos[(1, j)] < pos[(2, j)] for j in range(m)):
+            yield perm
+
+
+@functools.cache
+def all_tables(case):
+    """(makespan, peak activation bytes) of every table of `case` that runs to the end."""
+    costs, cl = costs_of(case), cluster_of(case)
+    orders = list(row_orders(case.m))
+    out = []
+    for rows in itertools.product(orders, repeat=case.p):
+        try:
+            sim = simulate(plan_of(rows, case.p, case.m, "brute"), costs, cl)
+        except DeadlockError:
+            continue
+        out.append((sim.makespan, float(sim.peak_activation_memory.max())))
+    return out
+
+
+def brute_force(case, budget):
+    """The least simulated makespan over all tables within `budget` bytes per device."""
+    return min((t for t, peak in all_tables(case) if peak <= budget * SLACK), default=math.inf)
+
+
+def case(f, i, w, comm=0.0, act_w=0.0, m=2, multiple=None):
+    p = len(f)
+    return Case("t", tuple(f), tuple(i), tuple(w), (1.0,) * p, (act_w,) * p, comm, m, multiple)
+
+
+def with_budget(inst, budget):
+    return ZbInstance(inst.f, inst.b, inst.w, inst.mem_f, inst.mem_w, (budget,) * inst.n_stages,
+                      inst.comm, inst.n_microbatches)
+
+
+TINY = [case((1, 1), (1, 1), (1, 1)),
+        case((2, 1), (1, 3), (1, 2), comm=0.5, act_w=0.5),
+        case((1, 2), (2, 1), (3, 1), comm=1.0, act_w=0.25),
+        case((1.5, 1), (1, 1.25), (0.5, 2), comm=0.25, act_w=0.75)]
+
+
+@pytest.mark.parametrize("c", TINY)
+@pytest.mark.parametrize("budget", [1.0, 1.5, 2.0, math.inf])
+def test_optimum_equals_brute_force_p2_m2(c, budget):
+    inst = with_budget(instance_of(c), budget)
+    got = exhaustive_table(inst)
+    assert got.proven
+    sim = simulate(plan_of(got.rows, c.p, c.m, "exact"), costs_of(c), cluster_of(c))
+    assert sim.makespan == pytest.approx(got.makespan, rel=1e-12)
+    assert sim.peak_activation_memory.max() <= budget * SLACK
+    assert got.makespan == pytest.approx(brute_force(c, budget), rel=1e-12)
+
+
+def test_budget_below_one_activation_is_infeasible():
+    inst = with_budget(instance_of(TINY[0]), 0.5)
+    with pytest.raises(InfeasibleError):
+        exhaustive_table(inst)
