@@ -37,6 +37,7 @@ already expanded has no completion that ends sooner).
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -120,24 +121,48 @@ class _Search:
         return False
 
     def lower_bound(self) -> float:
-        """No completion of the current state ends before this."""
-        inst, p, ch = self.inst, self.p, self.chains
+        """No completion of the current state ends before this: per micro-batch, its remaining
+        chain from its earliest next start; per device, the earliest any of its F or I can start
+        (a chain's release) plus its remaining work, with the chain of I below it and W(0)
+        after its last I."""
+        inst, p, c, ch, dev = self.inst, self.p, self.inst.comm, self.chains, self.dev
         rem_f, rem_i, rem_w = [0] * p, [0] * p, [0] * p
-        lb = max(self.dev)
+        rel = [math.inf] * p            # earliest start of a remaining F or I per stage
+        w_ready = [False] * p
+        lb = max(dev)
         for a, b, wm, t in self.mb:
             for s in range(p):
                 rem_f[s] += s >= a
                 rem_i[s] += s < b
-                rem_w[s] += not (wm >> s) & 1
+                if not (wm >> s) & 1:
+                    rem_w[s] += 1
+                    w_ready[s] = w_ready[s] or s >= b
             if a < p:
-                lb = max(lb, max(t, self.dev[a]) + ch.f_from[a])
+                r = max(t, dev[a])
+                lb = max(lb, r + ch.f_from[a])
+                for s in range(a, p):
+                    rel[s] = min(rel[s], r)
+                    r += inst.f[s] + (c if s < p - 1 else 0.0)
+                for s in range(p - 1, a - 1, -1):
+                    r += inst.b[s] + c
+                top = a
             elif b > 0:
-                lb = max(lb, max(t, self.dev[b - 1]) + ch.i_from[b - 1])
+                r = max(t, dev[b - 1])
+                lb = max(lb, r + ch.i_from[b - 1])
+                top = b
+            else:
+                continue
+            for s in range(top - 1, -1, -1):
+                rel[s] = min(rel[s], r)
+                r += inst.b[s] + c
         for s in range(p):
-            fi = self.dev[s] + rem_f[s] * inst.f[s] + rem_i[s] * inst.b[s]
-            lb = max(lb, fi + rem_w[s] * inst.w[s])
+            start = max(dev[s], rel[s])
+            fi = rem_f[s] * inst.f[s] + rem_i[s] * inst.b[s]
             if rem_i[s]:
-                lb = max(lb, fi + ch.back_after[s])
+                lb = max(lb, start + fi + ch.back_after[s])
+            first = dev[s] if w_ready[s] else start
+            if rem_w[s] or rem_i[s]:
+                lb = max(lb, first + fi + rem_w[s] * inst.w[s])
         return lb
 
     def moves(self, floor: int) -> list[tuple[float, int, int, int]]:
