@@ -101,12 +101,22 @@ class _Search:
         self.nodes = 0
         self.stopped = False
 
+    def wait(self, a: int, b: int, t: float) -> float:
+        """The micro-batch's pending arrival, or 0 when it can no longer delay anything (its
+        consumer's device is free only later, and a device's free time never goes back)."""
+        s = a if a < self.p else b - 1
+        return t if 0 <= s < self.p and t > self.dev[s] else 0.0
+
     def key(self, floor: int) -> tuple[tuple, tuple]:
         """(placed actions, times and floor) with the micro-batches sorted: dominance compares
-        the second part."""
-        mbs = sorted((a, b, wm, t) for a, b, wm, t in self.mb)
+        the second part. A link's free time counts only while it can delay the next transfer
+        (after the next F or I of its device ends)."""
+        inst, dev = self.inst, self.dev
+        mbs = sorted((a, b, wm, self.wait(a, b, t)) for a, b, wm, t in self.mb)
+        lf = (x if x > dev[s] + inst.f[s] else 0.0 for s, x in enumerate(self.link_f))
+        lb = (x if x > dev[s + 1] + inst.b[s + 1] else 0.0 for s, x in enumerate(self.link_b))
         return (tuple((a, b, wm) for a, b, wm, _ in mbs),
-                (floor, *self.dev, *self.link_f, *self.link_b, *(t for *_, t in mbs)))
+                (floor, *dev, *lf, *lb, *(t for *_, t in mbs)))
 
     def dominated(self, floor: int) -> bool:
         """True when a state with the same placed actions, no later times and no higher floor
@@ -171,9 +181,9 @@ class _Search:
         inst, p = self.inst, self.p
         out, seen = [], set()
         for j, (a, b, wm, t) in enumerate(self.mb):
-            if (a, b, wm, t) in seen:
+            if (a, b, wm, self.wait(a, b, t)) in seen:
                 continue
-            seen.add((a, b, wm, t))
+            seen.add((a, b, wm, self.wait(a, b, t)))
             if floor <= a < p and self.mem[a] + inst.mem_f[a] <= self.cap[a]:
                 out.append((max(self.dev[a], t), F_, a, j))
             if a == p and b > floor:
