@@ -7,7 +7,18 @@ import math
 import pytest
 
 from octopipe.errors import DeadlockError, InfeasibleError
-from octopipe.measure.bench.memory_optimality import Case, cluster_of, costs_of, instance_of, plan_of
+from octopipe.measure.bench.memory_optimality import (
+    Case,
+    cluster_of,
+    compare,
+    costs_of,
+    gpt_case,
+    instance_of,
+    plan_of,
+    random_case,
+)
+from octopipe.plan import Partition, Plan
+from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
 from solvers.exhaustive_tables import exhaustive_table
 from solvers.zb_auto import ZbInstance
@@ -77,3 +88,39 @@ def test_budget_below_one_activation_is_infeasible():
     inst = with_budget(instance_of(TINY[0]), 0.5)
     with pytest.raises(InfeasibleError):
         exhaustive_table(inst)
+
+
+SMALL = [case((1, 1.5, 1), (1, 1, 2), (1, 0.5, 1), comm=0.25, act_w=0.5, m=4, multiple=1.0),
+         case((1, 1, 1), (1, 1, 1), (1, 1, 1), act_w=0.37, m=4, multiple=1.0),
+         case((2, 1, 1), (1, 2, 1), (2, 1, 1), comm=1.0, m=3, multiple=2.0)]
+
+
+@pytest.mark.parametrize("c", SMALL)
+@pytest.mark.parametrize("name", ["1f1b", "zbh1", "zbh2"])
+def test_optimum_never_above_a_named_schedule_within_the_budget(c, name):
+    inst = instance_of(c)
+    sim = simulate(Plan(Partition.uniform(c.p, c.p), build_schedule(name, c.p, c.m)),
+                   costs_of(c), cluster_of(c))
+    if sim.peak_activation_memory.max() > inst.max_mem[0] * SLACK:
+        assert name == "zbh2"       # ZB-H2 holds about twice 1F1B's activations
+        return
+    assert exhaustive_table(inst).makespan <= sim.makespan * SLACK
+
+
+@pytest.mark.parametrize("c", [gpt_case(3, 4, 1.0), gpt_case(3, 3, 1.0), random_case(3, 3, 1.0, 1)])
+def test_tuner_reaches_the_optimum_under_the_budget(c):
+    """Measured: at 1x S-1F1B's activations the tuner's plan is an optimal table, and zero-bubble's
+    scheduler is 0.9% above it at p=3, m=3."""
+    row = compare(c)
+    assert row.memory_lower_bound <= row.optimum * SLACK
+    assert row.tuner == pytest.approx(row.optimum, rel=1e-9)
+    assert row.optimum <= row.zb_auto * SLACK
+
+
+def test_tuner_above_the_optimum_without_a_budget():
+    """Measured: with no budget the tuner's plan at p=3, m=4 (GPT ratios) is 0.71% above the best
+    table (14.2 against 14.1; with the 1x or 2x budget it reaches 14.8 and 14.1, the optima, where
+    zero-bubble's scheduler is among its seeds)."""
+    row = compare(gpt_case(3, 4, None))
+    assert row.memory_lower_bound <= row.optimum * SLACK
+    assert row.optimum * (1 + 0.007) < row.tuner <= row.optimum * (1 + 0.0072)
