@@ -257,11 +257,52 @@ def _floor_after(kind: int, stage: int) -> int:
     return stage - 1 if kind == I_ and stage > 0 else stage
 
 
-def exhaustive_table(inst: ZbInstance, max_nodes: int = 2_000_000) -> ExactTable:
+Rows = tuple[tuple[tuple[int, int], ...], ...]
+
+
+def time_rows(inst: ZbInstance, rows: Rows) -> float:
+    """The makespan of a given table under the search's timing and budget (InfeasibleError when
+    it deadlocks, misses an action or an F does not fit)."""
+    return _replay(_Search(inst, 0), rows)
+
+
+def _replay(search: _Search, rows: Rows) -> float:
+    """Append the table's actions in an order its rows and data edges allow."""
+    p, ptr = search.p, [0] * search.p
+    progress = True
+    while progress:
+        progress = False
+        for s in range(p):
+            while ptr[s] < len(rows[s]):
+                kind, j = rows[s][ptr[s]]
+                a, b, wm, t = search.mb[j]
+                if kind == F_ and a == s and search.mem[s] + search.inst.mem_f[s] <= search.cap[s]:
+                    start = max(search.dev[s], t)
+                elif kind == I_ and a == p and b == s + 1:
+                    start = max(search.dev[s], t) if s < p - 1 else search.dev[s]
+                elif kind == W_ and b <= s and not (wm >> s) & 1:
+                    start = search.dev[s]
+                else:
+                    break
+                search.apply(start, kind, s, j)
+                ptr[s] += 1
+                progress = True
+    if len(search.path) != 3 * p * search.m:
+        raise InfeasibleError("the table deadlocks, misses actions or exceeds the budget")
+    return max(search.dev)
+
+
+def exhaustive_table(inst: ZbInstance, max_nodes: int = 2_000_000,
+                     incumbent: Rows | None = None) -> ExactTable:
     """The shortest table for `inst` (`ZbInstance`: per-stage F, I (its `b`) and W seconds,
     bytes, budget `max_mem`, link time `comm`); InfeasibleError when no table fits the budget
-    (or none was found within `max_nodes` expanded states)."""
+    (or none was found within `max_nodes` expanded states). `incumbent`, a table that fits
+    (say a heuristic's), starts the search from its makespan: only shorter tables are then
+    looked for, which prunes from the start and leaves the result exact."""
     search = _Search(inst, max_nodes)
+    if incumbent is not None:
+        seed = _Search(inst, 0)
+        search.best, search.best_path = _replay(seed, incumbent), list(seed.path)
     total = 3 * inst.n_stages * inst.n_microbatches
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, total + 100))

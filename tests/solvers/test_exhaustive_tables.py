@@ -16,11 +16,12 @@ from octopipe.measure.bench.memory_optimality import (
     instance_of,
     plan_of,
     random_case,
+    rows_of,
 )
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
-from solvers.exhaustive_tables import exhaustive_table
+from solvers.exhaustive_tables import exhaustive_table, time_rows
 from solvers.zb_auto import ZbInstance
 
 SLACK = 1 + 1e-9
@@ -124,3 +125,20 @@ def test_tuner_above_the_optimum_without_a_budget():
     row = compare(gpt_case(3, 4, None))
     assert row.memory_lower_bound <= row.optimum * SLACK
     assert row.optimum * (1 + 0.007) < row.tuner <= row.optimum * (1 + 0.0072)
+
+
+@pytest.mark.parametrize("c", SMALL)
+def test_an_incumbent_leaves_the_optimum_unchanged(c):
+    inst = instance_of(c)
+    plain = exhaustive_table(inst)
+    assert time_rows(inst, plain.rows) == pytest.approx(plain.makespan, rel=1e-12)
+    seeded = exhaustive_table(inst, incumbent=rows_of(build_schedule("1f1b", c.p, c.m)))
+    assert seeded.proven
+    assert seeded.makespan == pytest.approx(plain.makespan, rel=1e-12)
+
+
+def test_time_rows_refuses_a_table_that_deadlocks():
+    inst = instance_of(TINY[0])
+    with pytest.raises(InfeasibleError):
+        time_rows(inst, (((0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)),
+                         ((1, 0), (0, 0), (2, 0), (0, 1), (1, 1), (2, 1))))
