@@ -142,3 +142,11 @@ def test_time_rows_refuses_a_table_that_deadlocks():
     with pytest.raises(InfeasibleError):
         time_rows(inst, (((0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)),
                          ((1, 0), (0, 0), (2, 0), (0, 1), (1, 1), (2, 1))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [1.0, 1.5, 2.0, math.inf])
+def test_optimum_equals_brute_force_p3_m2(budget):
+    c = case((1, 2, 1), (2, 1, 1.5), (1, 1, 0.5), comm=0.5, act_w=0.5)
+    got = exhaustive_table(with_budget(instance_of(c), budget))
+    assert got.makespan == pytest.approx(brute_force(c, budget), rel=1e-12)
