@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 
 from octopipe.errors import InfeasibleError
 from solvers.zb_auto import ZbInstance
@@ -67,15 +68,24 @@ class _Chains:
     back_after: tuple[float, ...]    # after stage s's last I: I of every stage below + W(0)
     f_from: tuple[float, ...]        # F from stage s to the last + every I + W(0)
     i_from: tuple[float, ...]        # I from stage s down to 0 + W(0)
+    i_down: tuple[float, ...]        # I of the stages below s, with their hops
+    f_up: tuple[float, ...]          # F from stage s to the last, with the hops
+    hold: tuple[float, ...]          # F(s) start to I(s) end: F up from s, I back down to s
+    slots: tuple[int, ...]           # micro-batches stage s can hold from F to I (budget / M_F)
 
 
 def _chains(inst: ZbInstance) -> _Chains:
     p, c = inst.n_stages, inst.comm
-    i_down = [sum(inst.b[:s]) + s * c for s in range(p + 1)]          # I of stages < s, hops
+    i_down = tuple(sum(inst.b[:s]) + s * c for s in range(p + 1))
     back_after = tuple(i_down[s] + inst.w[0] for s in range(p))
     i_from = tuple(i_down[s] + inst.b[s] + inst.w[0] for s in range(p))
-    f_from = tuple(sum(inst.f[s:]) + (p - 1 - s) * c + i_from[p - 1] for s in range(p))
-    return _Chains(back_after, f_from, i_from)
+    f_up = tuple(sum(inst.f[s:]) + (p - 1 - s) * c for s in range(p))
+    f_from = tuple(f_up[s] + i_from[p - 1] for s in range(p))
+    hold = tuple(f_up[s] + i_down[p] - i_down[s] - c for s in range(p))
+    slots = tuple(inst.n_microbatches if inst.mem_f[s] <= 0 or math.isinf(inst.max_mem[s]) else
+                  math.floor(inst.max_mem[s] * (1 + SLACK) / inst.mem_f[s] + 1e-9)
+                  for s in range(p))
+    return _Chains(back_after, f_from, i_from, i_down, f_up, hold, slots)
 
 
 class _Search:
@@ -175,6 +185,39 @@ class _Search:
                 lb = max(lb, first + fi + rem_w[s] * inst.w[s])
         return lb
 
+    def memory_bound(self) -> float:
+        """No completion ends before this: stage s holds a micro-batch's full activations from
+        its F(s) start to its I(s) end, at least `hold[s]` later, and at most `slots[s]` at once;
+        the micro-batches still to start there, put greedily on the earliest free slot (optimal
+        for equal intervals), end their last I(s) no sooner, and the I below and W(0) follow."""
+        ch, dev, p, m = self.chains, self.dev, self.p, self.m
+        lb = 0.0
+        for s in range(p):
+            k = ch.slots[s]
+            if k >= m:
+                continue
+            free, new = [], 0
+            for a, b, _, t in self.mb:
+                if a <= s:
+                    new += 1
+                elif b > s:         # live on s: its I(s) ends no sooner than its chain allows
+                    if a < p:
+                        end = max(t, dev[a]) + ch.f_up[a] + ch.i_down[p] - ch.i_down[s] - self.inst.comm
+                    else:
+                        end = max(t, dev[b - 1]) + ch.i_down[b] - ch.i_down[s] - self.inst.comm
+                    free.append(end)
+            if not new or k < 1:
+                continue
+            free += [dev[s]] * (k - len(free))
+            heapify(free)
+            last = 0.0
+            for _ in range(new):
+                end = max(heappop(free), dev[s]) + ch.hold[s]
+                last = max(last, end)
+                heappush(free, end)
+            lb = max(lb, last + ch.back_after[s])
+        return lb
+
     def moves(self, floor: int) -> list[tuple[float, int, int, int]]:
         """(start, kind, stage, micro-batch) of every action on a stage >= `floor` that may be
         appended now; one micro-batch per group in the same state."""
@@ -235,7 +278,8 @@ class _Search:
             if span < self.best:
                 self.best, self.best_path = span, list(self.path)
             return
-        if self.stopped or self.lower_bound() >= self.best - self.tol or self.dominated(floor):
+        if self.stopped or max(self.lower_bound(), self.memory_bound()) >= self.best - self.tol \
+                or self.dominated(floor):
             return
         self.nodes += 1
         if self.nodes > self.max_nodes:
