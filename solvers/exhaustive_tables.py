@@ -29,9 +29,11 @@ few times its future depends on: each device's free time, each link's free time 
 micro-batch, the arrival time of its pending input (at most one: the output of its last F
 when its forward has not reached the last stage, else the output of its last I). Micro-batches
 are interchangeable, so a state is keyed by its micro-batches sorted, and among micro-batches
-in the same state only the first is branched on. Two pruning rules keep it exact: a lower
+in the same state only the first is branched on; appends that commute are tried in one order
+only (`_floor_after`). Two pruning rules keep it exact: a lower
 bound (a device's free time plus its remaining work, plus the chain of input gradients and
-W(0) after its last I; a micro-batch's remaining critical path) at or above the best makespan
+W(0) after its last I; a micro-batch's remaining critical path; the budget's slots, each held
+from an F to its I for at least the micro-batch's round trip) at or above the best makespan
 found, and dominance (a state with the same placed actions and every time no earlier than one
 already expanded has no completion that ends sooner).
 """
