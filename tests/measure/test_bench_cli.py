@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["fidelity", "peer", "gpu"])
+@pytest.mark.parametrize("name", ["fidelity", "peer", "gpu", "memory_optimality"])
 def test_every_benchmark_parses_its_command_line(name, capsys):
     module = importlib.import_module(f"octopipe.measure.bench.{name}")
     with pytest.raises(SystemExit) as info:
