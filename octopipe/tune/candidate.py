@@ -21,6 +21,7 @@ from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_ma
 
 INF_LIMIT = math.inf
 ARRAYS_CACHE = 4096        # distinct layouts whose estimator arrays a problem keeps
+_CONVERTED = frozenset({"partition", "placement", "warmup"})   # the fields `Candidate.__post_init__` converts
 
 # Priority orders of (F, I, W) ranks, lower first: backward first with W deferred into bubbles
 # (zero-bubble style), backward then W before new forwards (1F1B-like), forward first.
@@ -76,7 +77,15 @@ class Candidate:
                           self.b_tiebreak, self.w_pressure)
 
     def with_(self, **kw) -> Candidate:
-        return replace(self, **kw)
+        """A copy with `kw` changed. The search makes tens of thousands; a change to a policy
+        field (no conversion in `__post_init__`) copies the fields instead of re-running
+        `__init__`, with the same result as `replace`."""
+        if not _CONVERTED.isdisjoint(kw):
+            return replace(self, **kw)
+        new = object.__new__(Candidate)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(kw)
+        return new
 
     def describe(self) -> str:
         chunks = self.n_stages / max(1, len(set(self.placement)))
