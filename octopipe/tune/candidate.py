@@ -46,8 +46,8 @@ class Candidate:
     def __post_init__(self) -> None:
         if not isinstance(self.partition, Partition):
             object.__setattr__(self, "partition", Partition(tuple(self.partition)))
-        object.__setattr__(self, "placement", tuple(int(x) for x in self.placement))
-        object.__setattr__(self, "warmup", tuple(int(x) for x in self.warmup))
+        object.__setattr__(self, "placement", tuple(map(int, self.placement)))
+        object.__setattr__(self, "warmup", tuple(map(int, self.warmup)))
         if len(self.partition) != len(self.placement):
             raise ConfigError(f"candidate has {len(self.partition)} stage sizes but {len(self.placement)} "
                               "placed stages")
