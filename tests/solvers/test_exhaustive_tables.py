@@ -14,10 +14,10 @@ from octopipe.measure.bench.memory_optimality import (
     costs_of,
     gpt_case,
     instance_of,
-    plan_of,
     random_case,
     rows_of,
 )
+from octopipe.measure.bench.zero_bubble import rows_plan
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
@@ -45,7 +45,7 @@ def all_tables(case):
     out = []
     for rows in itertools.product(orders, repeat=case.p):
         try:
-            sim = simulate(plan_of(rows, case.p, case.m, "brute"), costs, cl)
+            sim = simulate(rows_plan(rows, case.m, "brute"), costs, cl)
         except DeadlockError:
             continue
         out.append((sim.makespan, float(sim.peak_activation_memory.max())))
@@ -79,7 +79,7 @@ def test_optimum_equals_brute_force_p2_m2(c, budget):
     inst = with_budget(instance_of(c), budget)
     got = exhaustive_table(inst)
     assert got.proven
-    sim = simulate(plan_of(got.rows, c.p, c.m, "exact"), costs_of(c), cluster_of(c))
+    sim = simulate(rows_plan(got.rows, c.m, "exact"), costs_of(c), cluster_of(c))
     assert sim.makespan == pytest.approx(got.makespan, rel=1e-12)
     assert sim.peak_activation_memory.max() <= budget * SLACK
     assert got.makespan == pytest.approx(brute_force(c, budget), rel=1e-12)

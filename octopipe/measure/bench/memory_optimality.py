@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,13 +25,11 @@ from octopipe.cluster import Cluster, DeviceKind, Link
 from octopipe.cost.table import CostTable
 from octopipe.errors import InfeasibleError
 from octopipe.io import write_text
-from octopipe.plan import Partition, Plan
-from octopipe.schedule.action import Action, B, F, I, W
+from octopipe.measure.bench.zero_bubble import rows_plan, zb_instance
+from octopipe.schedule.action import B, F, I, W
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.simulator import simulate
 from octopipe.tune import TuneOptions, tune
-from octopipe.tune.candidate import Problem
-from octopipe.tune.memory_budget import activation_budget
 from solvers.exhaustive_tables import exhaustive_table, time_rows
 from solvers.zb_auto import ZbInstance, zb_auto_schedule
 
@@ -81,20 +78,7 @@ def cluster_of(case: Case) -> Cluster:
 
 def instance_of(case: Case) -> ZbInstance:
     """The case at its budget in bytes per device (`activation_budget`, as the tuner sets it)."""
-    if case.multiple is None:
-        budget = math.inf
-    else:
-        problem = Problem.build(costs_of(case), cluster_of(case), case.p, case.m)
-        budget = float(activation_budget(problem, case.multiple)[0])
-    return ZbInstance(case.f, case.i, case.w, case.act, case.act_w, (budget,) * case.p,
-                      case.comm, case.m)
-
-
-def plan_of(rows, p: int, m: int, name: str) -> Plan:
-    """(kind, micro-batch) rows, kind 0/1/2 = F/I/W, as a plan with one stage per device."""
-    table = ScheduleTable.from_rows([[Action(s, (F, I, W)[k], j) for k, j in rows[s]]
-                                     for s in range(p)], tuple(range(p)), m, name)
-    return Plan(Partition.uniform(p, p), table)
+    return zb_instance(costs_of(case), case.m, case.multiple, case.comm)
 
 
 @dataclass(frozen=True)
@@ -163,12 +147,12 @@ def compare(case: Case, evaluations: int = EVALUATIONS, max_states: int = MAX_ST
     t0 = time.process_time()
     best = exhaustive_table(inst, max_states, best_known(inst, [zb, rows_of(res.plan.table)]))
     search_s = time.process_time() - t0
-    sim = simulate(plan_of(best.rows, case.p, case.m, "exhaustive"), costs, cl)
+    sim = simulate(rows_plan(best.rows, case.m, "exhaustive"), costs, cl)
     if abs(sim.makespan - best.makespan) > 1e-9 * best.makespan or \
             sim.peak_activation_memory.max() > inst.max_mem[0] * (1 + 1e-9):
         raise InfeasibleError(f"{case.name}: the optimum's table times to {sim.makespan} (search "
                               f"{best.makespan}) at peak {sim.peak_activation_memory.max()}")
-    zb_s = None if zb is None else simulate(plan_of(zb, case.p, case.m, "zb_auto"), costs,
+    zb_s = None if zb is None else simulate(rows_plan(zb, case.m, "zb_auto"), costs,
                                             cl).makespan
     ours = res.sim_result.makespan
     return Row(case.name, case.p, case.m, "none" if case.multiple is None else f"{case.multiple:g}x",

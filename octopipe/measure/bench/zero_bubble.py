@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,23 +106,31 @@ def setting_cluster(p: int) -> Cluster:
     return Cluster("zb", (dk,), (0,) * p, (0,) * p, link, link)
 
 
-def zb_instance(costs: CostTable, m: int, multiple: float, comm: float) -> ZbInstance:
-    """zero-bubble's instance at `multiple` x 1F1B's activations (the tuner's budget)."""
+def zb_instance(costs: CostTable, m: int, multiple: float | None, comm: float) -> ZbInstance:
+    """zero-bubble's instance at `multiple` x 1F1B's activations (the tuner's budget; None: no
+    budget) for one layer per stage."""
     p = len(costs.layer_names)
-    problem = Problem.build(costs, setting_cluster(p), p, m)
-    budget = float(activation_budget(problem, multiple)[0])
+    if multiple is None:
+        budget = math.inf
+    else:
+        budget = float(activation_budget(Problem.build(costs, setting_cluster(p), p, m), multiple)[0])
     tup = lambda x: tuple(float(v) for v in np.ravel(x))
     return ZbInstance(tup(costs.f), tup(costs.i), tup(costs.w), tup(costs.act_bytes),
                       tup(costs.w_act_bytes), (budget,) * p, comm, m)
 
 
+def rows_plan(rows, m: int, name: str) -> Plan:
+    """(kind, micro-batch) rows, kind 0/1/2 = F/I/W (zero-bubble's form), as a plan with one
+    stage per device for our simulator."""
+    p = len(rows)
+    table = ScheduleTable.from_rows([[Action(s, (F, I, W)[k], mb) for k, mb in rows[s]] for s in range(p)],
+                                    loop_placement(p, 1), m, name)
+    return Plan(Partition.uniform(p, p), table)
+
+
 def oracle_plan(inst: ZbInstance) -> Plan:
     """zero-bubble's schedule as a plan (one stage per device) for our simulator."""
-    z = zb_auto_schedule(inst)
-    rows = [[Action(s, (F, I, W)[k], mb) for k, mb in z.rows[s]] for s in range(inst.n_stages)]
-    table = ScheduleTable.from_rows(rows, loop_placement(inst.n_stages, 1), inst.n_microbatches,
-                                    "zb_auto")
-    return Plan(Partition.uniform(inst.n_stages, inst.n_stages), table)
+    return rows_plan(zb_auto_schedule(inst).rows, inst.n_microbatches, "zb_auto")
 
 
 @dataclass(frozen=True)
