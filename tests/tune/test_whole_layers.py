@@ -38,10 +38,10 @@ def test_the_forked_search_gives_the_plans_of_the_search_in_the_caller():
 
 
 def test_an_error_in_the_child_is_raised_in_the_caller():
-    whole, baselines, _, seed, left, model = args()
-    with WholeLayersBeside((whole, baselines, "not a config", seed, left, model)) as beside, \
-            pytest.raises(AttributeError):
-        beside.plans()
+    whole, baselines, cfg, seed, left, model = args()
+    with WholeLayersBeside((whole, baselines, "not a config", seed, left, model)) as beside:
+        with pytest.raises(AttributeError):
+            beside.plans()
 
 
 def test_a_child_whose_plans_are_never_asked_for_is_stopped():
