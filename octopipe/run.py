@@ -184,6 +184,14 @@ def _app(cfg: DictConfig) -> None:
     print(f"results: {out_dir}")
 
 
+def _forget_unhandled_interrupt() -> None:
+    """Keep exit 130 after a caught Ctrl-C. CPython marks a KeyboardInterrupt that leaves a string
+    `exec`/`eval` (dataclasses and namedtuples build their methods that way) as unhandled even
+    when it is caught later, and under `python -m` then ends the process by SIGINT instead of
+    the exit code given; the next string `exec` clears that mark."""
+    exec("pass", {})
+
+
 def _terminate(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 
@@ -199,6 +207,7 @@ def stops_cleanly() -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C: no traceback on the way out
+        _forget_unhandled_interrupt()
         print("octopipe: interrupted", file=sys.stderr)
         sys.exit(130)
     except Terminated as t:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import subprocess
@@ -86,6 +87,21 @@ def test_every_artifact_has_the_same_permissions(tmp_path):
     write_text(tmp_path / "other.txt", "x")
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert len(set(modes.values())) == 1, modes
+
+
+def test_ctrl_c_inside_a_string_exec_still_exits_130(tmp_path):
+    """Ctrl-C landing inside a string `exec` (as when a dataclass is built), caught by the CLI:
+    CPython would end a `python -m` process by SIGINT (-2) unless the CLI clears its mark."""
+    (tmp_path / "ctrl_c_in_exec.py").write_text(
+        "import os, signal\n"
+        "from octopipe.run import stops_cleanly\n"
+        "with stops_cleanly():\n"
+        "    exec('os.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass', {'os': os, 'signal': signal})\n")
+    proc = subprocess.run([sys.executable, "-m", "ctrl_c_in_exec"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "OMP_NUM_THREADS": "1"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["octopipe: interrupted"], proc.stderr
 
 
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
