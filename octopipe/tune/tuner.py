@@ -68,7 +68,7 @@ from octopipe.tune.split_choice import (
 )
 from octopipe.tune.splitting import LayerSplitter
 from octopipe.tune.tune_result import TuneResult
-from octopipe.tune.whole_layers import whole_layer_plans
+from octopipe.tune.whole_layers import WholeLayersBeside
 
 
 @dataclass(frozen=True)
@@ -193,12 +193,12 @@ def tune(costs: CostTable, cluster: Cluster, n_devices: int, n_microbatches: int
     ref = o.reference if o.reference is not None else reference(whole.n_layers, whole.n_devices)
     st.levers = Levers.of(o.tuner.levers, on_split_layers(ref, st.counts), o.fixed_schedule)
     st.starts = starting_points(st, o.starts)
-    ilp = in_background(ilp_starts, st, o.solver) if st.cfg.ilp else None  # ILPs: ilp_max_nodes
-    st.outcome = search_or_ilp(st, ilp, o.seed, o.progress)    # 3. search: max_evaluations
-    join_ilp(st, ilp)                                      #    the ILPs' candidates join its pool
-    seeds = budget_plans(whole, o.model) if whole.act_budget is not None else []
-    if st.counts:                                          #    with pieces, a whole-layer search too
-        seeds += whole_layer_plans(whole, st.baselines, st.cfg, o.seed, st.budgets.left_s(st.elapsed()), o.model)
+    with WholeLayersBeside((whole, st.baselines, st.cfg, o.seed, st.budgets.left_s(st.elapsed()), o.model)
+                           if st.counts else None) as beside:  # with pieces, a whole-layer search beside
+        ilp = in_background(ilp_starts, st, o.solver) if st.cfg.ilp else None  # ILPs: ilp_max_nodes
+        st.outcome = search_or_ilp(st, ilp, o.seed, o.progress)    # 3. search: max_evaluations
+        join_ilp(st, ilp)                                      #    the ILPs' candidates join its pool
+        seeds = [*(budget_plans(whole, o.model) if whole.act_budget is not None else []), *beside.plans()]
     st.finals, st.history = finalists(st, [*o.plans, *seeds])  # 4. finalists, polish_sims
     w_ilp(st, o.solver)                                    #    the W-placement ILP on small tables
     if st.cfg.objective != "nominal":                      #    robust: Monte Carlo scores, tuner.samples
