@@ -15,6 +15,7 @@ so that transfers are real while the CPU stays free.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -26,6 +27,15 @@ from torch.func import functional_call
 from octopipe.model.spec import ModelSpec
 from octopipe.runtime.memory import SavedMeter, storage_pointers, tensor_bytes
 from octopipe.runtime.stage import StageModule, SyntheticBatches
+
+
+def finite_flag(h: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor: whether every value of `h` is finite. For outputs of 32 bits or fewer,
+    one float64 sum: any inf or NaN makes it non-finite and finite values cannot overflow it, at
+    about half the cost of `isfinite(h).all()`, which float64 and other outputs keep."""
+    if h.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return torch.isfinite(h.sum(dtype=torch.float64))
+    return torch.isfinite(h).all()
 
 
 @dataclass
@@ -63,6 +73,7 @@ class RealCompute:
         self.autocast: torch.dtype | None = None
         self.recompute: frozenset[int] = frozenset()
         self.meter = SavedMeter()
+        self.metering = True               # count saved bytes this iteration (training: the last step only)
         self.saved: dict[tuple[int, int], _Saved] = {}
         self.iteration = 0
         self.losses: dict[int, float] = {}
@@ -126,6 +137,14 @@ class RealCompute:
             h = h.clone()   # the split backward detaches the output in place, which views forbid
         return h
 
+    def _hooks(self) -> contextlib.AbstractContextManager:
+        """The meter's saved-tensor hooks while metering (they cost a Python call per saved tensor)."""
+        return self.meter.hooks() if self.metering else contextlib.nullcontext()
+
+    def _hold(self, tensors: list) -> list:
+        """Holders counting `tensors` (Nones skipped) in the meter while metering."""
+        return [self.meter.hold(t) for t in tensors if t is not None] if self.metering else []
+
     def _rng_devices(self) -> list:
         return [self.device] if self.device.type == "cuda" else []
 
@@ -138,13 +157,13 @@ class RealCompute:
                 h = self._run(stage, mb, x)
             sv = _Saved(x, None, rng=rng)
         else:
-            with self.meter.hooks():
+            with self._hooks():
                 h = self._run(stage, mb, x)
             sv = _Saved(x, h)
-        sv.held = [self.meter.hold(t) for t in (x, sv.out) if t is not None]
+        sv.held = self._hold([x, sv.out])
         self.saved[(stage, mb)] = sv
         if self.check_finite:       # a flag tensor, read after the iteration: no sync here
-            self.output_finite.setdefault(stage, []).append(torch.isfinite(h).all())
+            self.output_finite.setdefault(stage, []).append(finite_flag(h))
         if stage == self.n_stages - 1:
             self.losses[mb] = float(h.detach())
         return h.detach()
@@ -158,9 +177,9 @@ class RealCompute:
             torch.set_rng_state(sv.rng[0])
             for d, state in zip(devices, sv.rng[1:]):
                 torch.cuda.set_rng_state(state, d)
-            with self.meter.hooks():
+            with self._hooks():
                 sv.out = self._run(stage, mb, sv.x_in, again=True)
-        sv.held.append(self.meter.hold(sv.out))
+        sv.held += self._hold([sv.out])
 
     def _grad_out(self, stage: int, grad: torch.Tensor | None) -> torch.Tensor:
         if stage == self.n_stages - 1:   # asynchronous: each update is SGD on one micro-batch
@@ -214,8 +233,7 @@ class RealCompute:
         self._rerun(stage, mb, sv)
         (dx,), sv.param_groups = stage_backward_input([sv.out], [sv.grad_out], [sv.x_in],
                                                       self._weight_iter(stage, mb))
-        sv.held += [self.meter.hold(g) for group in sv.param_groups for gs in group.get("grads") or ()
-                    for g in gs if g is not None]
+        sv.held += self._hold([g for group in sv.param_groups for gs in group.get("grads") or () for g in gs])
         return dx
 
     def backward_weight(self, stage: int, mb: int) -> None:

@@ -256,6 +256,7 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
     for step in range(job.train.start, job.train.steps):
         t0 = time.perf_counter()
         worker.events = []
+        worker.compute.metering = step + 1 == job.train.steps    # the memory figure is the last step's
         worker.iteration(step)
         tied.sum()
         loss = _mean_loss(worker, table.n_microbatches)
