@@ -24,9 +24,10 @@ class RuntimeConfig:
     hint: Literal["table", "bf", "bfw"] = setting(
         "table", "ready_first ranking: table (row order) | bf (backward before forward) | bfw "
         "(I/B, then F, then deferred W); octopipe/sim/hints.py, shared with the simulator")
-    max_inflight: int | None = setting(
-        None, "ready_first: cap on micro-batches live per rank (null: none); one that could "
-        "deadlock the table is refused", ge=1)
+    max_inflight: int | Literal["plan"] | None = setting(
+        "plan", "ready_first: cap on micro-batches live per rank: plan (each rank at most its own "
+        "row's need, the count the plan's memory was priced for) | an integer for every rank (one "
+        "that could deadlock the table is refused) | null (none: forwards run as soon as ready)", ge=1)
     memory_cap: float | None = setting(
         None, "ready_first: modelled activation bytes per rank an admission may not exceed "
         "(null: none)", gt=0)

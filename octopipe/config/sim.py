@@ -25,10 +25,12 @@ class SimConfig:
     slow_factor: float = setting(2.0, "how much slower a slow device is", ge=1)
     monte_carlo: int = setting(0, "N > 0: N seeded jittered runs, makespan mean/std/percentiles",
                                ge=0)
-    max_inflight: int | None = setting(
-        None, "ready_first: cap on the micro-batches live on a device at once (from their first "
-              "F there to their last backward there; a V-shaped device's two stages of one "
-              "micro-batch hold one slot), admitted in the order the row names them", ge=1)
+    max_inflight: int | Literal["plan"] | None = setting(
+        "plan", "ready_first: cap on the micro-batches live on a device at once (from their first "
+                "F there to their last backward there; a V-shaped device's two stages of one "
+                "micro-batch hold one slot), admitted in the order the row names them: plan (each "
+                "device its own row's need, as the runtime) | an integer for every device | null "
+                "(none)", ge=1)
     max_actions: int = setting(
         100_000, "mode=simulate and compare refuse a table estimated above this many compute "
                  "actions, with the estimate (time and memory grow with it); raise it to go on",

@@ -34,6 +34,8 @@ from octopipe.runtime.stage import as_blocks
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
+from octopipe.sim.hints import PLAN
+from octopipe.sim.simulator import Policy, ReadyFirst
 
 MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
 
@@ -108,7 +110,7 @@ def measured_bytes(events: Sequence[Sequence[dict]], iterations: Sequence[int]) 
             for rank in events]
 
 
-def simulated_bytes(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: str,
+def simulated_bytes(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: Policy,
                     calibration: Calibration | None) -> list[float]:
     """The simulator's peak bytes per device for `plan` on `costs` (with `memory_costs`' columns),
     timed as the iteration is predicted: from `calibration` where there is one, else `costs`."""
@@ -127,19 +129,29 @@ def rank_layer_bytes(job: Job, model, device: str) -> LayerBytes | None:
     return layer_bytes(model, job.seed, torch.device(device))
 
 
+def _policy(job: Job) -> Policy:
+    """The dispatch the ranks ran, with its cap on live micro-batches (the default `plan` is
+    the simulator's default too)."""
+    config = job.config
+    if config.dispatch == "strict" or config.max_inflight == PLAN:
+        return config.dispatch
+    return ReadyFirst("table", config.max_inflight)
+
+
 def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | None,
                    measured: LayerBytes | None) -> dict:
     """summary.json's memory figures of one launch of `job`: each rank's measured bytes
-    (`measured_bytes`) beside the simulator's peak for the plan as it ran, priced with the layers'
-    `measured` bytes and timed as the iteration is predicted (`simulated_bytes`), and timed by the
-    stage times of the measured iterations themselves (the replay); null without `measured`."""
+    (`measured_bytes`) beside the simulator's peak for the plan as it ran (its dispatch and cap),
+    priced with the layers' `measured` bytes and timed as the iteration is predicted
+    (`simulated_bytes`), and timed by the stage times of the measured iterations themselves (the
+    replay); null without `measured`."""
     if measured is None:
         return dict.fromkeys(MEMORY_KEYS)
     plan = replace(job.plan, table=res.table) if res.table is not None else job.plan
     costs = memory_costs(job.costs, measured, plan.table, plan.partition)
     its = list(job.measured)
-    replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=job.config.dispatch,
-                      semantics="eager")
+    policy = _policy(job)
+    replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=policy, semantics="eager")
     return {**memory_comparison(measured_bytes(res.events, its),
-                                simulated_bytes(plan, costs, job.cluster, job.config.dispatch, calibration)),
+                                simulated_bytes(plan, costs, job.cluster, policy, calibration)),
             "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory]}

@@ -224,7 +224,7 @@ def arbitration_prediction(job: Job, res: ExecutionResult) -> dict | None:
     the same policy on the same draws of every measured iteration."""
     config = job.config
     var = variability_of(config, job)
-    plain = config.hint == "table" and config.max_inflight is None and config.memory_cap is None
+    plain = config.hint == "table" and config.max_inflight == "plan" and config.memory_cap is None
     if plain and not var.active:
         return None
     sim = Simulator(res.table if res.table is not None else job.plan.table.compact().compute_only())

@@ -1,7 +1,8 @@
 """The ready-first dispatcher's settings for a job, resolved once before any process starts.
 
 `Arbitration` carries the hint, the buffer caps (`octopipe.sim.hints`: micro-batches live per
-rank, modelled activation bytes at admission, with each (stage, kind)'s allocation and release)
+rank, by default each rank's own row's need, modelled activation bytes at admission, with each
+(stage, kind)'s allocation and release)
 and the jitter model (`octopipe.sim.variability`); `check_arbitration` refuses settings that
 could deadlock or cannot be honoured, naming the field.
 """
@@ -22,7 +23,7 @@ from octopipe.runtime.stage import SpecBlocks
 from octopipe.runtime.tensor_parallel import check_grid
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.durations import bind
-from octopipe.sim.hints import HINTS, cap_problem
+from octopipe.sim.hints import HINTS, PLAN, cap_problem, row_caps
 from octopipe.sim.program import compile_table
 from octopipe.sim.variability import Variability, image_share
 
@@ -32,16 +33,21 @@ class Arbitration:
     """What a rank's dispatcher needs beyond its row (see the module docstring)."""
 
     hint: str = "table"
-    max_inflight: int | None = None
+    max_inflight: tuple[int, ...] | None = None      # per rank (`octopipe.sim.hints.row_caps`)
     memory_cap: float | None = None
     memory: dict = field(default_factory=dict)       # (stage, kind code) -> (alloc, free) bytes
     variability: Variability | None = None
     delay_base_s: float = 0.0                        # seconds of one mean stage F (send delays)
 
+    def cap(self, rank: int) -> int | None:
+        """The most micro-batches `rank` may hold live (None: no cap)."""
+        return None if self.max_inflight is None else self.max_inflight[rank]
+
 
 def plain(config: RuntimeConfig) -> RuntimeConfig:
-    """`config` without hint, caps or variability (what calibration and reference runs use)."""
-    return replace(config, hint="table", max_inflight=None, memory_cap=None, jitter_cv=0.0,
+    """`config` without hint, variability or caps beyond the default (each rank its own row's
+    need): what calibration, reference and training runs use."""
+    return replace(config, hint="table", max_inflight=PLAN, memory_cap=None, jitter_cv=0.0,
                    straggler_prob=0.0, slow_rank=-1, transfer_delay=0.0, seq_len_cv=0.0, images_max=0)
 
 
@@ -93,7 +99,7 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
     config = job.config
     if config.hint not in HINTS:
         raise ScheduleError(f"runtime.hint={config.hint!r} is unknown; use one of {', '.join(HINTS)}")
-    if config.max_inflight is not None and config.max_inflight < 1:
+    if isinstance(config.max_inflight, int) and config.max_inflight < 1:
         raise ScheduleError(f"runtime.max_inflight={config.max_inflight} must be >= 1 (or null)")
     if config.memory_cap is not None and config.memory_cap <= 0:
         raise ScheduleError(f"runtime.memory_cap={config.memory_cap} must be > 0 (or null)")
@@ -115,7 +121,7 @@ def check_arbitration(job: Job, table: ScheduleTable, transport: str) -> None:
         if any(len({pl[s] for pl in table.all_placements()}) > 1 for s in range(table.n_stages)):
             raise ScheduleError(f"runtime.tp={config.tp} needs a schedule without replicated (Chimera) "
                                 "stages; choose another schedule or runtime.tp=1")
-    gated = config.max_inflight is not None or config.memory_cap is not None
+    gated = isinstance(config.max_inflight, int) or config.memory_cap is not None
     if gated and config.dispatch != "ready_first":
         raise ScheduleError("runtime.max_inflight / runtime.memory_cap bound ready_first dispatch; "
                             "set runtime.dispatch=ready_first (strict follows the row's own bound)")
@@ -137,6 +143,8 @@ def arbitration(job: Job, table: ScheduleTable, emulated: dict) -> Arbitration:
     sleeps under compute=emulated, else empty."""
     config = job.config
     var = variability_of(config, job)
-    return Arbitration(config.hint, config.max_inflight, config.memory_cap,
+    rows = [table.actions(d) for d in range(table.n_devices)]
+    caps = row_caps(rows, config.max_inflight) if config.dispatch == "ready_first" else None
+    return Arbitration(config.hint, caps, config.memory_cap,
                        _memory(job, table) if config.memory_cap is not None else {},
                        var if var.active else None, _base_s(job, emulated))

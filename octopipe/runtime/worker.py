@@ -163,7 +163,7 @@ class Rank:
         arb = self.job.arbitration
         nxt = self.admission[self._adm_next] if self._adm_next < len(self.admission) else -1
         alloc = arb.memory.get((a.stage, 0), (0.0, 0.0))[0]
-        return admits(a.microbatch, nxt, len(self._live), arb.max_inflight, self._mem, alloc, arb.memory_cap)
+        return admits(a.microbatch, nxt, len(self._live), arb.cap(self.prank), self._mem, alloc, arb.memory_cap)
 
     def _agreed(self, pending: list[Action], done: set[Action], local) -> Action:
         """ready_first with TP ranks (strict needs nothing: every TP rank runs the same row in

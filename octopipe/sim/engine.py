@@ -25,7 +25,7 @@ import numpy as np
 
 from octopipe import native
 from octopipe.sim.durations import Durations
-from octopipe.sim.hints import admits, priority
+from octopipe.sim.hints import admits, priority, row_need
 from octopipe.sim.program import CELL_COMPUTE, CELL_SEND, Program
 
 EAGER, RENDEZVOUS, BATCHED = "eager", "rendezvous", "batched"
@@ -279,6 +279,16 @@ def _admission(prog: Program) -> list[list[int]]:
                 seen.setdefault(int(prog.c_mb[c]), None)
         out.append(list(seen))
     return out
+
+
+def row_needs(prog: Program) -> list[int]:
+    """Per device, `octopipe.sim.hints.row_need` of its compute row (cached on `prog`): the
+    default cap on its live micro-batches under ready_first."""
+    if "row_need" not in prog._cache:
+        prog._cache["row_need"] = [
+            row_need([prog.action(c) for c in prog.row_id[d][prog.row_type[d] == CELL_COMPUTE].tolist()])
+            for d in range(prog.n_devices)]
+    return list(prog._cache["row_need"])
 
 
 class _Devices(NamedTuple):

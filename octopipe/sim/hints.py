@@ -8,8 +8,10 @@ Bounded buffers count micro-batches, not forward actions: a micro-batch is *live
 from its first F there until its last backward (I or B) there. With a cap (`max_inflight`) or
 a memory cap set, a device admits micro-batches (runs the F that makes one live) only in the
 order its row first names them, and only while fewer than `max_inflight` are live and the
-activation bytes plus that F's allocation fit the memory cap. `cap_problem` says before a run
-whether a cap is safe (see docs/runtime.md for the argument) and why not.
+activation bytes plus that F's allocation fit the memory cap. The default cap, `plan`, is each
+device's own `row_need` (`row_caps`): what the plan's memory was priced for, and never a deadlock.
+`cap_problem` says before a run whether a cap is safe (see docs/runtime.md for the argument) and
+why not.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from octopipe.errors import ConfigError
 from octopipe.schedule.action import Action, ActionKind
 
 HINTS = ("table", "bf", "bfw")
+PLAN = "plan"       # max_inflight: each device's own row's need
 KIND_CODE = {ActionKind.F: 0, ActionKind.I: 1, ActionKind.W: 2, ActionKind.B: 3}
 
 
@@ -77,6 +80,21 @@ def row_need(row: Sequence[Action]) -> int:
     return most
 
 
+def row_caps(rows: Sequence[Sequence[Action]], max_inflight: int | Sequence[int] | str | None
+             ) -> tuple[int, ...] | None:
+    """Per device, its cap on live micro-batches: `PLAN` each row's own `row_need`, an integer
+    the same for every device, a sequence as given, None no cap."""
+    if max_inflight is None:
+        return None
+    if isinstance(max_inflight, str):
+        if max_inflight != PLAN:
+            raise ConfigError(f"max_inflight={max_inflight!r}: give {PLAN!r}, an integer >= 1 or null")
+        return tuple(row_need(r) for r in rows)
+    if isinstance(max_inflight, (int, np.integer)):
+        return (int(max_inflight),) * len(rows)
+    return tuple(int(x) for x in max_inflight)
+
+
 def consistent_orders(rows: Sequence[Sequence[Action]]) -> bool:
     """Whether one order of the micro-batches contains every device's admission order."""
     succ: dict[int, set[int]] = {}
@@ -101,22 +119,34 @@ def consistent_orders(rows: Sequence[Sequence[Action]]) -> bool:
     return seen == len(indeg)
 
 
-def cap_problem(rows: Sequence[Sequence[Action]], max_inflight: int | None, memory_cap: bool,
-                ordered: bool = False) -> str | None:
+def cap_problem(rows: Sequence[Sequence[Action]], max_inflight: int | Sequence[int] | str | None,
+                memory_cap: bool, ordered: bool = False) -> str | None:
     """Why these caps could deadlock the rows under ready-first dispatch (None: they cannot).
 
-    Safe when every row's own order stays within `max_inflight` (`row_need`), or, on a transport
-    that does not hold messages back (`ordered` False), when the devices' admission orders are
-    consistent; a memory cap needs the latter."""
+    `max_inflight` as `row_caps` reads it. Safe when every row's own order stays within its cap
+    (`row_need`; always so under `PLAN`), or, on a transport that does not hold messages back
+    (`ordered` False), when the devices' admission orders are consistent; a memory cap needs the
+    latter."""
     need = [row_need(r) for r in rows]
+    caps = row_caps(rows, max_inflight)
+    if caps is not None and len(caps) != len(rows):
+        return f"max_inflight={list(caps)} gives {len(caps)} caps for {len(rows)} ranks; give one per rank"
+    short = [d for d in range(len(rows)) if caps is not None and caps[d] < need[d]]
+    if not short and not memory_cap:
+        return None
     consistent = not ordered and consistent_orders(rows)
     if memory_cap and not consistent:
         return ("memory_cap: the ranks admit micro-batches in conflicting orders (or the ordered "
                 "transport holds messages back), so a memory cap could deadlock; drop it or use "
                 "max_inflight")
-    if max_inflight is not None and max_inflight < max(need, default=0) and not consistent:
-        d = int(np.argmax(need))
-        return (f"max_inflight={max_inflight} could deadlock this table: rank {d}'s row holds "
-                f"{need[d]} micro-batches at once and the ranks admit them in conflicting orders; "
-                f"use max_inflight >= {max(need)}")
+    if short and not consistent:
+        d = max(short, key=lambda r: need[r] - caps[r])
+        if isinstance(max_inflight, (int, np.integer)):
+            d = int(np.argmax(need))
+            return (f"max_inflight={max_inflight} could deadlock this table: rank {d}'s row holds "
+                    f"{need[d]} micro-batches at once and the ranks admit them in conflicting orders; "
+                    f"use max_inflight >= {max(need)}")
+        return (f"max_inflight={list(caps)} could deadlock this table: rank {d}'s row holds {need[d]} "
+                f"micro-batches at once and the ranks admit them in conflicting orders; give rank {d} "
+                f"at least {need[d]} (or max_inflight={PLAN})")
     return None

@@ -27,8 +27,8 @@ from octopipe.schedule.table import ScheduleTable
 from octopipe.sim.agreement import charged
 from octopipe.sim.deadlock import Deadlock, analyze
 from octopipe.sim.durations import Durations, bind, uniform
-from octopipe.sim.engine import EAGER, SEMANTICS, Raw, run_ready_first, run_strict
-from octopipe.sim.hints import HINTS
+from octopipe.sim.engine import EAGER, SEMANTICS, Raw, row_needs, run_ready_first, run_strict
+from octopipe.sim.hints import HINTS, PLAN
 from octopipe.sim.program import Program, compile_table
 from octopipe.sim.sim_result import SimResult
 from octopipe.sim.variability import Jitter, MonteCarlo, Variability
@@ -70,12 +70,13 @@ def _check(policy: str, semantics: str, hint: str) -> None:
 @dataclass(frozen=True)
 class ReadyFirst:
     """The ready-first policy: an idle device runs its best-ranked ready compute; `hint` ranks
-    them (table, bf, bfw), `max_inflight` caps the micro-batches live per device (one value or
-    one per device), `memory_limit` holds an admission back when it would exceed the device's
+    them (table, bf, bfw), `max_inflight` caps the micro-batches live per device (`"plan"`, the
+    default: each device its own row's need, as the runtime; one value; one per device; None: no
+    cap), `memory_limit` holds an admission back when it would exceed the device's
     memory (True) or the given bytes per device; `octopipe.sim.hints` defines both."""
 
     hint: str = "table"
-    max_inflight: int | Sequence[int] | None = None
+    max_inflight: int | Sequence[int] | str | None = PLAN
     memory_limit: bool | Sequence[float] = False
 
     name: ClassVar[str] = "ready_first"
@@ -131,7 +132,12 @@ class Simulator:
         hint, max_inflight, memory_limit = rf.hint, rf.max_inflight, rf.memory_limit
         n_d = self.program.n_devices
         caps = None
-        if max_inflight is not None:
+        if isinstance(max_inflight, str):
+            if max_inflight != PLAN:
+                raise ConfigError(f"max_inflight={max_inflight!r}: give {PLAN!r}, one value >= 1, one per "
+                                  "device or None")
+            caps = row_needs(self.program)
+        elif max_inflight is not None:
             caps = [int(max_inflight)] * n_d if np.isscalar(max_inflight) else [int(x) for x in max_inflight]
             if len(caps) != n_d or min(caps) < 1:
                 raise ConfigError(f"max_inflight={max_inflight}: give one value >= 1 (or one per device)")

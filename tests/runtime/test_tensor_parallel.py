@@ -136,7 +136,8 @@ def test_a_pp2_tp2_pipeline_agrees_on_the_tasks_with_collectives_and_never_hangs
         config = RuntimeConfig(compute="emulated", dispatch=dispatch, hint="bfw"
                                if dispatch == "ready_first" else "table",
                                tp=2, iterations=1, warmup=0, emulate_step_s=0.004, jitter_cv=0.5,
-                               transfer_delay=0.5, timeout_s=120.0, stall_s=30.0)
+                               transfer_delay=0.5, timeout_s=120.0, stall_s=30.0,
+                               max_inflight=None if dispatch == "ready_first" else "plan")
         res = execute(Job(Plan(uniform_partition(4, 4), table), None, config, seed=seed, costs=costs,
                           cluster=local_cluster(2, Link("loopback", 5e8, 1e-4))))
         orders = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])]

@@ -33,7 +33,7 @@ def test_a_collective_free_stage_runs_during_rounds_and_is_never_agreed():
         table = random_table(n_devices=2, n_stages=4, n_microbatches=3, seed=seed, split_prob=0.5)
         config = RuntimeConfig(compute="emulated", dispatch="ready_first", hint="bfw", tp=2, iterations=1,
                                warmup=0, emulate_step_s=0.004, jitter_cv=0.5, transfer_delay=0.5,
-                               timeout_s=120.0, stall_s=30.0)
+                               timeout_s=120.0, stall_s=30.0, max_inflight=None)     # RRFP: no cap
         res = execute(Job(Plan(partition, table), model, config, seed=seed, costs=costs,
                           cluster=local_cluster(2, link)))
         agreed = [[e["action"] for e in sorted((e for e in ev if "action" in e), key=lambda e: e["start"])
