@@ -17,7 +17,20 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
-from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_makespan, list_schedule
+from octopipe.tune.listsched import (
+    ListPolicy,
+    ListResult,
+    PackedPolicy,
+    PackedStages,
+    StageArrays,
+    StageTables,
+    list_makespan,
+    list_schedule,
+    pack_policy,
+    pack_stages,
+    packed_makespan,
+    stage_tables,
+)
 
 INF_LIMIT = math.inf
 ARRAYS_CACHE = 4096        # distinct layouts whose estimator arrays a problem keeps
@@ -166,22 +179,40 @@ class Problem:
         """What the list scheduler needs: durations (I + W as B without split backward), boundary
         delays, activation bytes and each device's capacity left after its static bytes. Cached
         per partition, placement and backward split (the policy does not change them), read-only."""
+        got = self._layout(cand)
+        return got if isinstance(got, StageArrays) else got.arrays()
+
+    def _layout(self, cand: Candidate) -> PackedStages | StageArrays:
+        """`arrays`' numbers, cached: packed for the C engine, else as numpy arrays."""
         cache = self.__dict__.get("_arrays_cache")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_arrays_cache", cache)
         key = (cand.partition, cand.placement, cand.split_backward)
-        arr = cache.get(key)
-        if arr is None:
+        got = cache.get(key)
+        if got is None:
             if len(cache) >= ARRAYS_CACHE:
                 cache.clear()
-            arr = cache[key] = self._arrays(cand)
-        return arr
+            got = pack_stages(self._tables(), cand.partition.sizes, cand.placement, cand.split_backward,
+                              self.contention)
+            got = cache[key] = self._arrays_numpy(cand) if got is None else got
+        return got
 
-    def _arrays(self, cand: Candidate) -> StageArrays:
-        """`arrays` uncached: every figure a difference of the cost table's prefix sums, as in
-        `StageCosts.bind` (the same subtractions, so the same bits), in one buffer whose C
-        addresses are kept with it."""
+    def _tables(self) -> StageTables:
+        """The prefix sums, link matrices and capacities as the C engine reads them (built once)."""
+        got = self.__dict__.get("_c_tables")
+        if got is None:
+            pfiw, p1 = self._prefixes()
+            got = stage_tables(self.kind_col, pfiw, p1, self.costs.out_bytes, self._link_matrices(),
+                               self.memory_bytes, self.act_budget)
+            object.__setattr__(self, "_c_tables", got)
+        return got
+
+    def _arrays_numpy(self, cand: Candidate) -> StageArrays:
+        """`arrays` uncached, with numpy (the fallback without a C compiler, and the oracle of
+        listsched.c's `octo_stage_arrays`): every figure a difference of the cost table's prefix
+        sums, as in `StageCosts.bind` (the same subtractions, so the same bits), in one buffer
+        whose C addresses are kept with it."""
         pfiw, p1 = self._prefixes()
         D, S = self.n_devices, cand.n_stages
         b = cand.partition.bounds
@@ -231,9 +262,9 @@ class Problem:
             object.__setattr__(self, "_pre", got)
         return got
 
-    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
-        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
-        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+    def _link_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """[D, D] latency and bandwidth of the link between each device pair (0 and inf where
+        there is none), built once."""
         links = self.__dict__.get("_links")
         if links is None:
             D, cl = self.n_devices, self.cluster
@@ -244,8 +275,15 @@ class Problem:
                     if link is not None:
                         lat[a, b], bw[a, b] = link.latency, link.bandwidth
             links = (lat, bw)
+            for x in links:
+                x.setflags(write=False)
             object.__setattr__(self, "_links", links)
-        lat, bw = links
+        return links
+
+    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
+        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+        lat, bw = self._link_matrices()
         a, b = dev[:-1], dev[1:]
         return np.where(a == b, 0.0, lat[a, b] + out_bytes[:-1] / bw[a, b])
 
@@ -266,7 +304,26 @@ class Problem:
     def estimate_makespan(self, cand: Candidate, bound: float = math.inf) -> float:
         """`estimate(cand).makespan` alone, or NaN when it provably exceeds `bound` (the estimate
         stopped early: see `list_makespan`)."""
-        arr = self.arrays(cand)
-        if (arr.cap < 0).any():
+        got = self._layout(cand)
+        if isinstance(got, StageArrays):
+            if (got.cap < 0).any():
+                return math.inf
+            return list_makespan(got, self.n_microbatches, cand.list_policy(self.n_devices), bound)
+        if not got.fits:
             return math.inf
-        return list_makespan(arr, self.n_microbatches, cand.list_policy(self.n_devices), bound)
+        return packed_makespan(got, self.n_microbatches, self._policy(cand), bound)
+
+    def _policy(self, cand: Candidate) -> PackedPolicy:
+        """The candidate's policy packed for the C engine, cached per what it depends on."""
+        cache = self.__dict__.get("_policies")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_policies", cache)
+        key = (cand.split_backward, cand.inflight, cand.kind_rank, cand.f_tiebreak, cand.b_tiebreak,
+               cand.w_pressure, cand.warmup, len(cand.placement), len(set(cand.placement)))
+        got = cache.get(key)
+        if got is None:
+            if len(cache) >= ARRAYS_CACHE:
+                cache.clear()
+            got = cache[key] = pack_policy(cand.list_policy(self.n_devices))
+        return got

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from octopipe import native
 
 _SRC = Path(__file__).with_name("listsched.c")
 _LIB: ctypes.CDLL | bool | None = None
+_ZERO = array("d", [0.0])
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,13 @@ def _declare(lib: ctypes.CDLL) -> None:
                   dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                   ctypes.c_double, dp, ip, dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
+    f = lib.octo_stage_arrays
+    f.argtypes = [ctypes.c_int] * 4 + [ip] * 10
+    f.restype = ctypes.c_int
+    f = lib.octo_makespan
+    f.argtypes = [ctypes.c_int] * 4 + [ip] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_double,
+                                                 ctypes.c_int, ctypes.c_double]
+    f.restype = ctypes.c_double
 
 
 def _lib() -> ctypes.CDLL | None:
@@ -158,6 +167,98 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     if done < 0:
         return math.nan
     return ms.value if done == S * M * (3 if policy.split_backward else 2) else math.inf
+
+
+@dataclass(frozen=True, eq=False)
+class StageTables:
+    """A problem's per-layer inputs to `pack_stages` as the C engine's addresses (`addrs`: the
+    kind column of each device, the prefix sums of F, I, W [L + 1, kinds, 3] and of act, w_act and
+    static bytes [L + 1, 3], out bytes [L], link latency and bandwidth [D, D], memory [D], the
+    activation budget [D] or None), with the arrays they point into (`keep`)."""
+
+    n_devices: int
+    n_kinds: int
+    addrs: tuple[int | None, ...]
+    keep: tuple[np.ndarray, ...]
+
+
+def stage_tables(kind_col: np.ndarray, pfiw: np.ndarray, p1: np.ndarray, out_bytes: np.ndarray,
+                 links: tuple[np.ndarray, np.ndarray], memory: np.ndarray,
+                 budget: np.ndarray | None) -> StageTables:
+    """The tables `pack_stages` reads, as contiguous copies of the right dtypes."""
+    keep = (np.ascontiguousarray(kind_col, dtype=np.int64),
+            *(np.ascontiguousarray(a, dtype=np.float64) for a in (pfiw, p1, out_bytes, *links, memory)))
+    if budget is not None:
+        keep += (np.ascontiguousarray(budget, dtype=np.float64),)
+    addrs = tuple(a.ctypes.data for a in keep)
+    return StageTables(len(memory), pfiw.shape[1], addrs if budget is not None else (*addrs, None), keep)
+
+
+class PackedStages:
+    """One layout's estimator inputs in memory the C engine fills and reads: `layout` (stage
+    sizes, then stage devices; C ints) and `buf` (dur [S, 3], comm_f, comm_b, act, free_i [S] and
+    cap [D], see `octo_stage_arrays`); `fits` is False when some capacity is negative. The
+    `StageArrays` view is built on first use (the search only estimates)."""
+
+    __slots__ = ("_view", "addrs", "buf", "contention", "fits", "layout", "n_devices", "n_stages")
+
+    def __init__(self, n_devices: int, contention: bool, layout: array, buf: array, fits: bool) -> None:
+        self.n_stages, self.n_devices, self.contention = len(layout) // 2, n_devices, contention
+        self.layout, self.buf, self.fits = layout, buf, fits
+        self.addrs = (layout.buffer_info()[0], buf.buffer_info()[0])
+        self._view: StageArrays | None = None
+
+    def arrays(self) -> StageArrays:
+        """The same numbers as read-only `StageArrays` (views of this memory)."""
+        if self._view is None:
+            S, D = self.n_stages, self.n_devices
+            dev = np.frombuffer(self.layout, dtype=np.intc)[S:]
+            buf = np.frombuffer(self.buf, dtype=np.float64)
+            for a in (dev, buf):
+                a.setflags(write=False)
+            self._view = StageArrays(dev, buf[:3 * S].reshape(S, 3), *(buf[j * S:(j + 1) * S] for j in (3, 4, 5, 6)),
+                                     buf[7 * S:7 * S + D], D, self.contention)
+        return self._view
+
+
+def pack_stages(tables: StageTables, sizes: tuple[int, ...], placement: tuple[int, ...],
+                split_backward: bool, contention: bool) -> PackedStages | None:
+    """The estimator's inputs for stages of `sizes` layers on devices `placement`, computed in
+    C (`octo_stage_arrays`); None without the C engine."""
+    lib = _lib()
+    if lib is None:
+        return None
+    S, D = len(sizes), tables.n_devices
+    layout = array("i", sizes + placement)
+    buf = _ZERO * (7 * S + D)
+    neg = lib.octo_stage_arrays(S, D, tables.n_kinds, int(split_backward), layout.buffer_info()[0],
+                                *tables.addrs, buf.buffer_info()[0])
+    return PackedStages(D, contention, layout, buf, not neg)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedPolicy:
+    """A `ListPolicy` as `octo_makespan`'s arguments (`args`), with the arrays they point into."""
+
+    args: tuple
+    keep: tuple[np.ndarray, ...]
+
+
+def pack_policy(policy: ListPolicy) -> PackedPolicy:
+    """`policy` for `packed_makespan` (pack once, estimate many layouts)."""
+    keep = (np.ascontiguousarray(policy.limits, dtype=np.int32),
+            np.ascontiguousarray(policy.kind_rank, dtype=np.int32))
+    return PackedPolicy((int(policy.split_backward), keep[0].ctypes.data, keep[1].ctypes.data,
+                         int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure)), keep)
+
+
+def packed_makespan(st: PackedStages, n_microbatches: int, policy: PackedPolicy,
+                    bound: float = math.inf) -> float:
+    """`list_makespan` on packed inputs (the C engine only): the same value, inf or NaN."""
+    split, limits, kind_rank, f_tiebreak, b_tiebreak, w_pressure = policy.args
+    b = float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf
+    return _LIB.octo_makespan(st.n_stages, int(n_microbatches), st.n_devices, split, *st.addrs, limits,
+                              kind_rank, f_tiebreak, b_tiebreak, w_pressure, int(st.contention), b)
 
 
 def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:
