@@ -8,7 +8,7 @@ the trace of its simulator's policy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -89,15 +89,30 @@ class Candidate:
         return ListPolicy(self.split_backward, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
                           self.b_tiebreak, self.w_pressure)
 
+    def __hash__(self) -> int:
+        """The dataclass hash (of the compared fields), computed once: the search looks each
+        candidate up in several caches."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.partition, self.placement, self.split_backward,
+                                               self.inflight, self.kind_rank, self.f_tiebreak,
+                                               self.b_tiebreak, self.w_pressure, self.warmup))
+        return h
+
     def with_(self, **kw) -> Candidate:
-        """A copy with `kw` changed. The search makes tens of thousands; a change to a policy
-        field (no conversion in `__post_init__`) copies the fields instead of re-running
-        `__init__`, with the same result as `replace`."""
-        if not _CONVERTED.isdisjoint(kw):
-            return replace(self, **kw)
+        """A copy with `kw` changed, as `replace` makes it. The search makes tens of thousands:
+        this copies the fields instead of re-running `__init__`, and converts and checks them
+        (`__post_init__`) only when a field that needs it changes."""
+        unknown = kw.keys() - _FIELDS
+        if unknown:
+            raise TypeError(f"Candidate has no field(s) {sorted(unknown)}")
         new = object.__new__(Candidate)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(kw)
+        d = new.__dict__
+        d.update(self.__dict__)
+        d.pop("_hash", None)
+        d.update(kw)
+        if not _CONVERTED.isdisjoint(kw):
+            new.__post_init__()
         return new
 
     def describe(self) -> str:
@@ -107,6 +122,9 @@ class Candidate:
         if any(self.warmup) and not math.isinf(self.inflight):
             lim += f" {'/'.join(f'{x:+d}' for x in self.warmup)}"
         return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
+
+
+_FIELDS = frozenset(f.name for f in fields(Candidate))
 
 
 @dataclass(frozen=True, eq=False)
