@@ -24,11 +24,10 @@ from octopipe.tune.listsched import (
     PackedStages,
     StageArrays,
     StageTables,
+    c_kernel_available,
     list_makespan,
     list_schedule,
     pack_policy,
-    pack_stages,
-    packed_makespan,
     stage_tables,
 )
 
@@ -211,18 +210,17 @@ class Problem:
         if got is None:
             if len(cache) >= ARRAYS_CACHE:
                 cache.clear()
-            got = pack_stages(self._tables(), cand.partition.sizes, cand.placement, cand.split_backward,
-                              self.contention)
-            got = cache[key] = self._arrays_numpy(cand) if got is None else got
+            got = cache[key] = (PackedStages(self._tables(), cand.partition.sizes, cand.placement,
+                                             cand.split_backward) if c_kernel_available()
+                                else self._arrays_numpy(cand))
         return got
 
     def _tables(self) -> StageTables:
         """The prefix sums, link matrices and capacities as the C engine reads them (built once)."""
         got = self.__dict__.get("_c_tables")
         if got is None:
-            pfiw, p1 = self._prefixes()
-            got = stage_tables(self.kind_col, pfiw, p1, self.costs.out_bytes, self._link_matrices(),
-                               self.memory_bytes, self.act_budget)
+            got = stage_tables(self.kind_col, self._prefixes(), self.costs.out_bytes, self._link_matrices(),
+                               self.memory_bytes, self.act_budget, self.contention)
             object.__setattr__(self, "_c_tables", got)
         return got
 
@@ -327,9 +325,7 @@ class Problem:
             if (got.cap < 0).any():
                 return math.inf
             return list_makespan(got, self.n_microbatches, cand.list_policy(self.n_devices), bound)
-        if not got.fits:
-            return math.inf
-        return packed_makespan(got, self.n_microbatches, self._policy(cand), bound)
+        return got.estimate(self.n_microbatches, self._policy(cand), bound)
 
     def _policy(self, cand: Candidate) -> PackedPolicy:
         """The candidate's policy packed for the C engine, cached per what it depends on."""

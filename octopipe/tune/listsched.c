@@ -243,19 +243,35 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     return cut ? -1 : done;
 }
 
+/* A problem's per-layer inputs to `octo_stage_arrays` (built once per problem): the cost table's
+ * prefix sums pfiw [L + 1, K, 3] (F, I, W per kind column) and p1 [L + 1, 3] (act, w_act,
+ * static bytes), each layer's out bytes, the [D, D] link latency and bandwidth, each device's
+ * kind column and memory, and its activation budget (NULL: none). */
+typedef struct {
+    int n_devices, n_kinds, contention;
+    const long long *kind_col;
+    const double *pfiw, *p1, *out_bytes, *lat, *bw, *memory, *budget;
+} Tables;
+
+/* A list-scheduling policy (see octo_list_schedule), `limit` [S]. */
+typedef struct {
+    int split_backward, f_tiebreak, b_tiebreak;
+    int kind_rank[3];
+    double w_pressure;
+    const int *limit;
+} Policy;
+
 /* The estimator's per-stage inputs for one partition and placement, as `Problem._arrays_numpy`
  * builds them (the same operations in the same order, so the same bits): every figure a
- * difference of the cost table's prefix sums, pfiw [L + 1, K, 3] (F, I, W per kind column) and
- * p1 [L + 1, 3] (act, w_act, static bytes). `layout` holds the S stage sizes, then the S
+ * difference of two rows of the prefix sums. `layout` holds the S stage sizes, then the S
  * devices. `buf` [7 S + D] receives dur [S, 3], comm_f, comm_b, act, free_i [S] and the
  * capacity [D]: memory minus the static bytes (summed in stage order, as numpy's bincount),
- * capped by `budget` when not NULL (as numpy's minimum: a NaN wins, a tie gives the budget).
- * Returns 1 when some device's capacity is negative (the layout does not fit), else 0. */
-int octo_stage_arrays(int S, int D, int K, int split_backward, const int *layout,
-                      const long long *kind_col, const double *pfiw, const double *p1,
-                      const double *out_bytes, const double *lat, const double *bw,
-                      const double *memory, const double *budget, double *buf) {
+ * capped by the budget (as numpy's minimum: a NaN wins, a tie gives the budget). Returns 1
+ * when some device's capacity is negative (the layout does not fit), else 0. */
+int octo_stage_arrays(const Tables *t, int S, int split_backward, const int *layout, double *buf) {
     const int *dev = layout + S;
+    int D = t->n_devices, K = t->n_kinds;
+    const double *pfiw = t->pfiw, *p1 = t->p1;
     double *dur = buf, *comm_f = buf + 3 * S, *comm_b = buf + 4 * S, *act = buf + 5 * S;
     double *free_i = buf + 6 * S, *cap = buf + 7 * S;
     long lo = 0;
@@ -263,8 +279,8 @@ int octo_stage_arrays(int S, int D, int K, int split_backward, const int *layout
     for (int d = 0; d < D; d++) cap[d] = 0.0;
     for (int s = 0; s < S; s++) {
         long hi = lo + layout[s];
-        const double *fh = pfiw + (hi * K + kind_col[dev[s]]) * 3;
-        const double *fl = pfiw + (lo * K + kind_col[dev[s]]) * 3;
+        const double *fh = pfiw + (hi * K + t->kind_col[dev[s]]) * 3;
+        const double *fl = pfiw + (lo * K + t->kind_col[dev[s]]) * 3;
         const double *bh = p1 + hi * 3, *bl = p1 + lo * 3;
         double f = fh[0] - fl[0], i = fh[1] - fl[1], w = fh[2] - fl[2];
         double a = bh[0] - bl[0], wa = bh[1] - bl[1], st = bh[2] - bl[2];
@@ -281,34 +297,37 @@ int octo_stage_arrays(int S, int D, int K, int split_backward, const int *layout
         act[s] = a;
         cap[dev[s]] += st;
         if (s + 1 < S) {
-            int x = dev[s], y = dev[s + 1];
-            double t = x == y ? 0.0 : lat[(long)x * D + y] + out_bytes[hi - 1] / bw[(long)x * D + y];
-            comm_f[s] = t;
-            comm_b[s + 1] = t;
+            long x = dev[s], y = dev[s + 1];
+            double c = x == y ? 0.0 : t->lat[x * D + y] + t->out_bytes[hi - 1] / t->bw[x * D + y];
+            comm_f[s] = c;
+            comm_b[s + 1] = c;
         }
         lo = hi;
     }
     if (S > 0) { comm_f[S - 1] = 0.0; comm_b[0] = 0.0; }
     for (int d = 0; d < D; d++) {
-        double c = memory[d] - cap[d];
-        if (budget != NULL && !(c < budget[d] || isnan(c))) c = budget[d];
+        double c = t->memory[d] - cap[d];
+        if (t->budget != NULL && !(c < t->budget[d] || isnan(c))) c = t->budget[d];
         cap[d] = c;
         if (c < 0) neg = 1;
     }
     return neg;
 }
 
-/* `octo_list_schedule`'s makespan alone, over the arrays `octo_stage_arrays` filled in `buf` for
- * the stage devices in `layout` (sizes, then devices): NaN when the run stopped early above
- * `bound`, infinity when the limits deadlock. */
-double octo_makespan(int S, int M, int D, int split_backward, const int *layout, const double *buf,
-                     const int *limit, const int *kind_rank, int f_tiebreak, int b_tiebreak,
-                     double w_pressure, int contention, double bound) {
+/* The estimate of one layout under policy `p`: `octo_list_schedule`'s makespan over the arrays
+ * in `buf` (filled first by `octo_stage_arrays` when `fill`); infinity when some capacity is
+ * negative or the limits deadlock, NaN when the run stopped early above `bound`. */
+double octo_estimate(const Tables *t, const Policy *p, int S, int M, const int *layout, double *buf,
+                     int fill, double bound) {
+    int D = t->n_devices;
     double ms = 0.0;
-    int done = octo_list_schedule(S, M, D, split_backward, layout + S, buf, buf + 3 * S, buf + 4 * S,
-                                  buf + 5 * S, buf + 6 * S, buf + 7 * S, limit, kind_rank,
-                                  f_tiebreak, b_tiebreak, w_pressure, contention, bound, NULL, NULL,
-                                  NULL, &ms);
+    if (fill) octo_stage_arrays(t, S, p->split_backward, layout, buf);
+    for (int d = 0; d < D; d++)
+        if (buf[7 * S + d] < 0) return INFINITY;
+    int done = octo_list_schedule(S, M, D, p->split_backward, layout + S, buf, buf + 3 * S,
+                                  buf + 4 * S, buf + 5 * S, buf + 6 * S, buf + 7 * S, p->limit,
+                                  p->kind_rank, p->f_tiebreak, p->b_tiebreak, p->w_pressure,
+                                  t->contention, bound, NULL, NULL, NULL, &ms);
     if (done < 0) return NAN;
-    return done == S * M * (split_backward ? 3 : 2) ? ms : INFINITY;
+    return done == S * M * (p->split_backward ? 3 : 2) ? ms : INFINITY;
 }

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,11 +83,10 @@ def _declare(lib: ctypes.CDLL) -> None:
                   ctypes.c_double, dp, ip, dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
     f = lib.octo_stage_arrays
-    f.argtypes = [ctypes.c_int] * 4 + [ip] * 10
+    f.argtypes = [ip, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, dp]
     f.restype = ctypes.c_int
-    f = lib.octo_makespan
-    f.argtypes = [ctypes.c_int] * 4 + [ip] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_double,
-                                                 ctypes.c_int, ctypes.c_double]
+    f = lib.octo_estimate
+    f.argtypes = [ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, dp, ctypes.c_int, ctypes.c_double]
     f.restype = ctypes.c_double
 
 
@@ -169,96 +170,102 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     return ms.value if done == S * M * (3 if policy.split_backward else 2) else math.inf
 
 
+class _Tables(ctypes.Structure):
+    _fields_ = [("n_devices", ctypes.c_int), ("n_kinds", ctypes.c_int), ("contention", ctypes.c_int),
+                *((name, ctypes.c_void_p) for name in ("kind_col", "pfiw", "p1", "out_bytes", "lat", "bw",
+                                                        "memory", "budget"))]
+
+
+class _Policy(ctypes.Structure):
+    _fields_ = [("split_backward", ctypes.c_int), ("f_tiebreak", ctypes.c_int), ("b_tiebreak", ctypes.c_int),
+                ("kind_rank", ctypes.c_int * 3), ("w_pressure", ctypes.c_double), ("limit", ctypes.c_void_p)]
+
+
 @dataclass(frozen=True, eq=False)
 class StageTables:
-    """A problem's per-layer inputs to `pack_stages` as the C engine's addresses (`addrs`: the
-    kind column of each device, the prefix sums of F, I, W [L + 1, kinds, 3] and of act, w_act and
-    static bytes [L + 1, 3], out bytes [L], link latency and bandwidth [D, D], memory [D], the
-    activation budget [D] or None), with the arrays they point into (`keep`)."""
+    """A problem's per-layer inputs to `PackedStages`, in the C engine's `Tables` (`addr`), with
+    the arrays it points into (`keep`)."""
 
     n_devices: int
-    n_kinds: int
-    addrs: tuple[int | None, ...]
-    keep: tuple[np.ndarray, ...]
+    contention: bool
+    addr: int
+    keep: tuple
 
 
-def stage_tables(kind_col: np.ndarray, pfiw: np.ndarray, p1: np.ndarray, out_bytes: np.ndarray,
-                 links: tuple[np.ndarray, np.ndarray], memory: np.ndarray,
-                 budget: np.ndarray | None) -> StageTables:
-    """The tables `pack_stages` reads, as contiguous copies of the right dtypes."""
-    keep = (np.ascontiguousarray(kind_col, dtype=np.int64),
-            *(np.ascontiguousarray(a, dtype=np.float64) for a in (pfiw, p1, out_bytes, *links, memory)))
+def stage_tables(kind_col: np.ndarray, prefixes: tuple[np.ndarray, np.ndarray], out_bytes: np.ndarray,
+                 links: tuple[np.ndarray, np.ndarray], memory: np.ndarray, budget: np.ndarray | None,
+                 contention: bool) -> StageTables:
+    """The tables for `kind_col` [D] (each device's cost-table column), the prefix sums of F, I, W
+    [L + 1, kinds, 3] and of act, w_act and static bytes [L + 1, 3], out bytes [L], link latency
+    and bandwidth [D, D], memory [D] and the activation budget [D] or None."""
+    arrays = (np.ascontiguousarray(kind_col, dtype=np.int64),
+              *(np.ascontiguousarray(a, dtype=np.float64) for a in (*prefixes, out_bytes, *links, memory)))
     if budget is not None:
-        keep += (np.ascontiguousarray(budget, dtype=np.float64),)
-    addrs = tuple(a.ctypes.data for a in keep)
-    return StageTables(len(memory), pfiw.shape[1], addrs if budget is not None else (*addrs, None), keep)
-
-
-class PackedStages:
-    """One layout's estimator inputs in memory the C engine fills and reads: `layout` (stage
-    sizes, then stage devices; C ints) and `buf` (dur [S, 3], comm_f, comm_b, act, free_i [S] and
-    cap [D], see `octo_stage_arrays`); `fits` is False when some capacity is negative. The
-    `StageArrays` view is built on first use (the search only estimates)."""
-
-    __slots__ = ("_view", "addrs", "buf", "contention", "fits", "layout", "n_devices", "n_stages")
-
-    def __init__(self, n_devices: int, contention: bool, layout: array, buf: array, fits: bool) -> None:
-        self.n_stages, self.n_devices, self.contention = len(layout) // 2, n_devices, contention
-        self.layout, self.buf, self.fits = layout, buf, fits
-        self.addrs = (layout.buffer_info()[0], buf.buffer_info()[0])
-        self._view: StageArrays | None = None
-
-    def arrays(self) -> StageArrays:
-        """The same numbers as read-only `StageArrays` (views of this memory)."""
-        if self._view is None:
-            S, D = self.n_stages, self.n_devices
-            dev = np.frombuffer(self.layout, dtype=np.intc)[S:]
-            buf = np.frombuffer(self.buf, dtype=np.float64)
-            for a in (dev, buf):
-                a.setflags(write=False)
-            self._view = StageArrays(dev, buf[:3 * S].reshape(S, 3), *(buf[j * S:(j + 1) * S] for j in (3, 4, 5, 6)),
-                                     buf[7 * S:7 * S + D], D, self.contention)
-        return self._view
-
-
-def pack_stages(tables: StageTables, sizes: tuple[int, ...], placement: tuple[int, ...],
-                split_backward: bool, contention: bool) -> PackedStages | None:
-    """The estimator's inputs for stages of `sizes` layers on devices `placement`, computed in
-    C (`octo_stage_arrays`); None without the C engine."""
-    lib = _lib()
-    if lib is None:
-        return None
-    S, D = len(sizes), tables.n_devices
-    layout = array("i", sizes + placement)
-    buf = _ZERO * (7 * S + D)
-    neg = lib.octo_stage_arrays(S, D, tables.n_kinds, int(split_backward), layout.buffer_info()[0],
-                                *tables.addrs, buf.buffer_info()[0])
-    return PackedStages(D, contention, layout, buf, not neg)
+        arrays += (np.ascontiguousarray(budget, dtype=np.float64),)
+    t = _Tables(len(memory), prefixes[0].shape[1], int(contention), *(a.ctypes.data for a in arrays))
+    return StageTables(len(memory), bool(contention), ctypes.addressof(t), (t, arrays))
 
 
 @dataclass(frozen=True, eq=False)
 class PackedPolicy:
-    """A `ListPolicy` as `octo_makespan`'s arguments (`args`), with the arrays they point into."""
+    """A `ListPolicy` in the C engine's `Policy` (`addr`), with what it points into (`keep`)."""
 
-    args: tuple
-    keep: tuple[np.ndarray, ...]
+    addr: int
+    keep: tuple
 
 
 def pack_policy(policy: ListPolicy) -> PackedPolicy:
-    """`policy` for `packed_makespan` (pack once, estimate many layouts)."""
-    keep = (np.ascontiguousarray(policy.limits, dtype=np.int32),
-            np.ascontiguousarray(policy.kind_rank, dtype=np.int32))
-    return PackedPolicy((int(policy.split_backward), keep[0].ctypes.data, keep[1].ctypes.data,
-                         int(policy.f_tiebreak), int(policy.b_tiebreak), float(policy.w_pressure)), keep)
+    """`policy` for `PackedStages.estimate` (pack once, estimate many layouts)."""
+    limits = np.ascontiguousarray(policy.limits, dtype=np.int32)
+    p = _Policy(int(policy.split_backward), int(policy.f_tiebreak), int(policy.b_tiebreak),
+                (ctypes.c_int * 3)(*policy.kind_rank), float(policy.w_pressure), limits.ctypes.data)
+    return PackedPolicy(ctypes.addressof(p), (p, limits))
 
 
-def packed_makespan(st: PackedStages, n_microbatches: int, policy: PackedPolicy,
-                    bound: float = math.inf) -> float:
-    """`list_makespan` on packed inputs (the C engine only): the same value, inf or NaN."""
-    split, limits, kind_rank, f_tiebreak, b_tiebreak, w_pressure = policy.args
-    b = float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf
-    return _LIB.octo_makespan(st.n_stages, int(n_microbatches), st.n_devices, split, *st.addrs, limits,
-                              kind_rank, f_tiebreak, b_tiebreak, w_pressure, int(st.contention), b)
+_LAYOUTS: dict[int, Callable[..., bytes]] = {}
+
+
+class PackedStages:
+    """One layout's estimator inputs in memory the C engine fills (on first use) and reads:
+    `layout` (the stage sizes, then the stage devices, as C ints) and `buf` (dur [S, 3], comm_f,
+    comm_b, act, free_i [S] and cap [D]; see `octo_stage_arrays`)."""
+
+    __slots__ = ("_view", "buf", "filled", "layout", "n_stages", "split_backward", "tables")
+
+    def __init__(self, tables: StageTables, sizes: tuple[int, ...], placement: tuple[int, ...],
+                 split_backward: bool) -> None:
+        S = self.n_stages = len(sizes)
+        self.split_backward = bool(split_backward)
+        pack = _LAYOUTS.get(S)
+        if pack is None:
+            pack = _LAYOUTS[S] = struct.Struct(f"{2 * S}i").pack
+        self.tables, self.layout, self.buf = tables, pack(*sizes, *placement), _ZERO * (7 * S + tables.n_devices)
+        self.filled = False
+        self._view: StageArrays | None = None
+
+    def estimate(self, n_microbatches: int, policy: PackedPolicy, bound: float = math.inf) -> float:
+        """`list_makespan` of these stages under `policy` (of the same split backward; see
+        `octo_estimate`): the same value, inf when a capacity is negative or the limits
+        deadlock, or NaN above a finite `bound`."""
+        b = float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf
+        fill, self.filled = not self.filled, True
+        return _LIB.octo_estimate(self.tables.addr, policy.addr, self.n_stages, int(n_microbatches),
+                                  self.layout, self.buf.buffer_info()[0], fill, b)
+
+    def arrays(self) -> StageArrays:
+        """The same numbers as read-only `StageArrays` (views of this memory)."""
+        if self._view is None:
+            S, D = self.n_stages, self.tables.n_devices
+            if not self.filled:
+                _LIB.octo_stage_arrays(self.tables.addr, S, int(self.split_backward), self.layout,
+                                       self.buf.buffer_info()[0])
+                self.filled = True
+            dev = np.frombuffer(self.layout, dtype=np.intc)[S:]
+            buf = np.frombuffer(self.buf, dtype=np.float64)
+            buf.setflags(write=False)
+            self._view = StageArrays(dev, buf[:3 * S].reshape(S, 3), *(buf[j * S:(j + 1) * S] for j in (3, 4, 5, 6)),
+                                     buf[7 * S:7 * S + D], D, self.tables.contention)
+        return self._view
 
 
 def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:

@@ -53,12 +53,19 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
+def _twin(pb: Problem) -> Problem:
+    """The same problem with empty caches."""
+    return Problem.build(pb.costs, pb.cluster, pb.n_devices, pb.n_microbatches, pb.semantics, pb.act_budget,
+                         pb.contention)
+
+
 @needs_c
 @pytest.mark.parametrize("seed", range(4))
 def test_c_arrays_are_the_numpy_arrays_bit_for_bit(seed):
     """Random partitions and placements, split backward or not, with and without a budget,
-    on clusters with mixed kinds and links: every array has the numpy path's bytes, `fits` is
-    numpy's capacity check, and the packed estimate (bounded or not) is `list_makespan`'s."""
+    on clusters with mixed kinds and links: every array has the numpy path's bytes (whether
+    `arrays` or an estimate filled them), and the estimate, bounded or not, is `list_makespan`'s
+    on the numpy arrays (inf where a capacity is negative)."""
     rng = np.random.default_rng(seed)
     seen_unfit = seen_fit = 0
     for _ in range(25):
@@ -66,22 +73,22 @@ def test_c_arrays_are_the_numpy_arrays_bit_for_bit(seed):
         for _ in range(6):
             split = bool(rng.random() < 0.5)
             c = _candidate(rng, pb, split)
-            got, want = pb.arrays(c), pb._arrays_numpy(c)
-            for name in FIELDS:
-                g, w = getattr(got, name), getattr(want, name)
-                assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), name
-                assert not g.flags.writeable
+            want = pb._arrays_numpy(c)
             fits = not (want.cap < 0).any()
-            assert pb._layout(c).fits == fits
             seen_fit, seen_unfit = seen_fit + fits, seen_unfit + (not fits)
-            if not fits:
-                assert pb.estimate_makespan(c) == math.inf
-                continue
-            full = list_makespan(want, pb.n_microbatches, c.list_policy(pb.n_devices))
-            assert _same(pb.estimate_makespan(c), full)
-            for bound in (full * 0.9, full, full * 1.1):
-                assert _same(pb.estimate_makespan(c, bound),
-                             list_makespan(want, pb.n_microbatches, c.list_policy(pb.n_devices), bound))
+            full = list_makespan(want, pb.n_microbatches, c.list_policy(pb.n_devices)) if fits else math.inf
+            estimated = _twin(pb)
+            assert _same(estimated.estimate_makespan(c), full)           # fills the arrays
+            for got in (pb.arrays(c), estimated.arrays(c)):
+                for name in FIELDS:
+                    g, w = getattr(got, name), getattr(want, name)
+                    assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), name
+                    assert not g.flags.writeable
+            assert _same(pb.estimate_makespan(c), full)                  # on the arrays `arrays` filled
+            if fits:
+                for bound in (full * 0.9, full, full * 1.1):
+                    assert _same(_twin(pb).estimate_makespan(c, bound),
+                                 list_makespan(want, pb.n_microbatches, c.list_policy(pb.n_devices), bound))
     assert seen_fit > 20 and seen_unfit > 3
 
 
@@ -96,7 +103,6 @@ def test_without_c_the_problem_uses_numpy_and_python(monkeypatch):
     want = [pb.estimate_makespan(c) for pb, c in pairs]
     monkeypatch.setattr(listsched, "_LIB", False)
     for (pb, c), w in zip(pairs, want):
-        fresh = Problem.build(pb.costs, pb.cluster, pb.n_devices, pb.n_microbatches,
-                              act_budget=pb.act_budget, contention=pb.contention)
+        fresh = _twin(pb)
         assert isinstance(fresh._layout(c), listsched.StageArrays)
         assert _same(fresh.estimate_makespan(c), w)
