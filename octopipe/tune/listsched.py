@@ -2,7 +2,9 @@
 that carry one transfer at a time, as the simulator's do).
 
 `list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
-cached, `octopipe.native`), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
+cached, `octopipe.native`), or the same algorithm in Python when no compiler is available.
+`PackedStages` is the tuner's fast path: a layout's arrays built in C as well, from a problem's
+`StageTables`, and estimated under a `PackedPolicy` in one call. The OctoPipe authors' tuner
 ranks thousands of candidates with such an estimator and fully simulates only the best few; the
 executed order it returns is also how the tuner turns a priority policy into a frozen table.
 """
@@ -248,9 +250,10 @@ class PackedStages:
         `octo_estimate`): the same value, inf when a capacity is negative or the limits
         deadlock, or NaN above a finite `bound`."""
         b = float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf
-        fill, self.filled = not self.filled, True
-        return _LIB.octo_estimate(self.tables.addr, policy.addr, self.n_stages, int(n_microbatches),
-                                  self.layout, self.buf.buffer_info()[0], fill, b)
+        v = _LIB.octo_estimate(self.tables.addr, policy.addr, self.n_stages, int(n_microbatches),
+                               self.layout, self.buf.buffer_info()[0], not self.filled, b)
+        self.filled = True          # after the call: another thread meanwhile fills it again, alike
+        return v
 
     def arrays(self) -> StageArrays:
         """The same numbers as read-only `StageArrays` (views of this memory)."""
