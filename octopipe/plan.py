@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class Partition:
 
     @cached_property
     def ranges(self) -> tuple[tuple[int, int], ...]:
-        b = self.bounds.tolist()
+        b = [0, *accumulate(self.sizes)]
         return tuple(zip(b[:-1], b[1:]))
 
     @property
@@ -123,7 +124,12 @@ class Partition:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self.ranges)
+        """The hash of `ranges` (equal sequences of ranges hash alike), computed once: the
+        tuner hashes each candidate's partition many times."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(self.ranges)
+        return h
 
     def __repr__(self) -> str:
         return f"Partition(sizes={self.sizes})"

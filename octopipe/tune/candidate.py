@@ -8,7 +8,7 @@ the trace of its simulator's policy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -17,7 +17,19 @@ from octopipe.cost.stage_costs import StageCosts
 from octopipe.cost.table import CostTable
 from octopipe.errors import ConfigError
 from octopipe.plan import Partition
-from octopipe.tune.listsched import ListPolicy, ListResult, StageArrays, list_makespan, list_schedule
+from octopipe.tune.listsched import (
+    ListPolicy,
+    ListResult,
+    PackedPolicy,
+    PackedStages,
+    StageArrays,
+    StageTables,
+    c_kernel_available,
+    list_makespan,
+    list_schedule,
+    pack_policy,
+    stage_tables,
+)
 
 INF_LIMIT = math.inf
 ARRAYS_CACHE = 4096        # distinct layouts whose estimator arrays a problem keeps
@@ -76,15 +88,30 @@ class Candidate:
         return ListPolicy(self.split_backward, self.limits(n_devices), self.kind_rank, self.f_tiebreak,
                           self.b_tiebreak, self.w_pressure)
 
+    def __hash__(self) -> int:
+        """The dataclass hash (of the compared fields), computed once: the search looks each
+        candidate up in several caches."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.partition, self.placement, self.split_backward,
+                                               self.inflight, self.kind_rank, self.f_tiebreak,
+                                               self.b_tiebreak, self.w_pressure, self.warmup))
+        return h
+
     def with_(self, **kw) -> Candidate:
-        """A copy with `kw` changed. The search makes tens of thousands; a change to a policy
-        field (no conversion in `__post_init__`) copies the fields instead of re-running
-        `__init__`, with the same result as `replace`."""
-        if not _CONVERTED.isdisjoint(kw):
-            return replace(self, **kw)
+        """A copy with `kw` changed, as `replace` makes it. The search makes tens of thousands:
+        this copies the fields instead of re-running `__init__`, and converts and checks them
+        (`__post_init__`) only when a field that needs it changes."""
+        unknown = kw.keys() - _FIELDS
+        if unknown:
+            raise TypeError(f"Candidate has no field(s) {sorted(unknown)}")
         new = object.__new__(Candidate)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(kw)
+        d = new.__dict__
+        d.update(self.__dict__)
+        d.pop("_hash", None)
+        d.update(kw)
+        if not _CONVERTED.isdisjoint(kw):
+            new.__post_init__()
         return new
 
     def describe(self) -> str:
@@ -94,6 +121,9 @@ class Candidate:
         if any(self.warmup) and not math.isinf(self.inflight):
             lim += f" {'/'.join(f'{x:+d}' for x in self.warmup)}"
         return f"{self.n_stages} stages ({chunks:g}/device), {pol}, {lim}"
+
+
+_FIELDS = frozenset(f.name for f in fields(Candidate))
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,22 +196,39 @@ class Problem:
         """What the list scheduler needs: durations (I + W as B without split backward), boundary
         delays, activation bytes and each device's capacity left after its static bytes. Cached
         per partition, placement and backward split (the policy does not change them), read-only."""
+        got = self._layout(cand)
+        return got if isinstance(got, StageArrays) else got.arrays()
+
+    def _layout(self, cand: Candidate) -> PackedStages | StageArrays:
+        """`arrays`' numbers, cached: packed for the C engine, else as numpy arrays."""
         cache = self.__dict__.get("_arrays_cache")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_arrays_cache", cache)
         key = (cand.partition, cand.placement, cand.split_backward)
-        arr = cache.get(key)
-        if arr is None:
+        got = cache.get(key)
+        if got is None:
             if len(cache) >= ARRAYS_CACHE:
                 cache.clear()
-            arr = cache[key] = self._arrays(cand)
-        return arr
+            got = cache[key] = (PackedStages(self._tables(), cand.partition.sizes, cand.placement,
+                                             cand.split_backward) if c_kernel_available()
+                                else self._arrays_numpy(cand))
+        return got
 
-    def _arrays(self, cand: Candidate) -> StageArrays:
-        """`arrays` uncached: every figure a difference of the cost table's prefix sums, as in
-        `StageCosts.bind` (the same subtractions, so the same bits), in one buffer whose C
-        addresses are kept with it."""
+    def _tables(self) -> StageTables:
+        """The prefix sums, link matrices and capacities as the C engine reads them (built once)."""
+        got = self.__dict__.get("_c_tables")
+        if got is None:
+            got = stage_tables(self.kind_col, self._prefixes(), self.costs.out_bytes, self._link_matrices(),
+                               self.memory_bytes, self.act_budget, self.contention)
+            object.__setattr__(self, "_c_tables", got)
+        return got
+
+    def _arrays_numpy(self, cand: Candidate) -> StageArrays:
+        """`arrays` uncached, with numpy (the fallback without a C compiler, and the oracle of
+        listsched.c's `octo_stage_arrays`): every figure a difference of the cost table's prefix
+        sums, as in `StageCosts.bind` (the same subtractions, so the same bits), in one buffer
+        whose C addresses are kept with it."""
         pfiw, p1 = self._prefixes()
         D, S = self.n_devices, cand.n_stages
         b = cand.partition.bounds
@@ -231,9 +278,9 @@ class Problem:
             object.__setattr__(self, "_pre", got)
         return got
 
-    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
-        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
-        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+    def _link_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """[D, D] latency and bandwidth of the link between each device pair (0 and inf where
+        there is none), built once."""
         links = self.__dict__.get("_links")
         if links is None:
             D, cl = self.n_devices, self.cluster
@@ -244,8 +291,15 @@ class Problem:
                     if link is not None:
                         lat[a, b], bw[a, b] = link.latency, link.bandwidth
             links = (lat, bw)
+            for x in links:
+                x.setflags(write=False)
             object.__setattr__(self, "_links", links)
-        lat, bw = links
+        return links
+
+    def _transfers(self, dev: np.ndarray, out_bytes: np.ndarray) -> np.ndarray:
+        """[S - 1] seconds across each stage boundary, as `StageCosts.boundary_transfers` (0 on
+        one device, else the link's latency + bytes / bandwidth), from cached link matrices."""
+        lat, bw = self._link_matrices()
         a, b = dev[:-1], dev[1:]
         return np.where(a == b, 0.0, lat[a, b] + out_bytes[:-1] / bw[a, b])
 
@@ -266,7 +320,24 @@ class Problem:
     def estimate_makespan(self, cand: Candidate, bound: float = math.inf) -> float:
         """`estimate(cand).makespan` alone, or NaN when it provably exceeds `bound` (the estimate
         stopped early: see `list_makespan`)."""
-        arr = self.arrays(cand)
-        if (arr.cap < 0).any():
-            return math.inf
-        return list_makespan(arr, self.n_microbatches, cand.list_policy(self.n_devices), bound)
+        got = self._layout(cand)
+        if isinstance(got, StageArrays):
+            if (got.cap < 0).any():
+                return math.inf
+            return list_makespan(got, self.n_microbatches, cand.list_policy(self.n_devices), bound)
+        return got.estimate(self.n_microbatches, self._policy(cand), bound)
+
+    def _policy(self, cand: Candidate) -> PackedPolicy:
+        """The candidate's policy packed for the C engine, cached per what it depends on."""
+        cache = self.__dict__.get("_policies")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_policies", cache)
+        key = (cand.split_backward, cand.inflight, cand.kind_rank, cand.f_tiebreak, cand.b_tiebreak,
+               cand.w_pressure, cand.warmup, len(cand.placement), len(set(cand.placement)))
+        got = cache.get(key)
+        if got is None:
+            if len(cache) >= ARRAYS_CACHE:
+                cache.clear()
+            got = cache[key] = pack_policy(cand.list_policy(self.n_devices))
+        return got

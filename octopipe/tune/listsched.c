@@ -21,7 +21,7 @@
  * With a finite `bound` the run stops early, returning -1, as soon as the makespan provably
  * exceeds it: starts never decrease (time order) and a device starts nothing before it is free,
  * so max(now, its free time) plus the durations of the actions it has left is a lower bound on
- * the makespan. `start` and `order` may be NULL.
+ * the makespan. `start`, `order` and `peak` may be NULL.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -179,7 +179,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         for (int s = 0; s < S; s++) dstage[dstart[dev[s]] + fill[dev[s]]++] = s;
         free(fill);
     }
-    for (int d = 0; d < D; d++) { dirty[d] = 1; peak[d] = 0.0; }
+    for (int d = 0; d < D; d++) { dirty[d] = 1; if (peak) peak[d] = 0.0; }
     State g = {S, M, split_backward, nxt, inflight, limit, kind_rank, end, free_t, arr_f, arr_b,
                act, mem, cap, f_tiebreak, b_tiebreak, w_pressure};
 
@@ -212,7 +212,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         if (k == 0) {
             inflight[s]++;
             mem[bd] += act[s];
-            if (mem[bd] > peak[bd]) peak[bd] = mem[bd];
+            if (peak && mem[bd] > peak[bd]) peak[bd] = mem[bd];
         } else if (k == 1) {
             inflight[s]--;
             mem[bd] -= split_backward ? free_i[s] : act[s];
@@ -241,4 +241,93 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     free(dstart); free(dstage); free(dirty); free(cache); free(keys); free(rem);
     free(arr_f); free(arr_b); free(link_free);
     return cut ? -1 : done;
+}
+
+/* A problem's per-layer inputs to `octo_stage_arrays` (built once per problem): the cost table's
+ * prefix sums pfiw [L + 1, K, 3] (F, I, W per kind column) and p1 [L + 1, 3] (act, w_act,
+ * static bytes), each layer's out bytes, the [D, D] link latency and bandwidth, each device's
+ * kind column and memory, and its activation budget (NULL: none). */
+typedef struct {
+    int n_devices, n_kinds, contention;
+    const long long *kind_col;
+    const double *pfiw, *p1, *out_bytes, *lat, *bw, *memory, *budget;
+} Tables;
+
+/* A list-scheduling policy (see octo_list_schedule), `limit` [S]. */
+typedef struct {
+    int split_backward, f_tiebreak, b_tiebreak;
+    int kind_rank[3];
+    double w_pressure;
+    const int *limit;
+} Policy;
+
+/* The estimator's per-stage inputs for one partition and placement, as `Problem._arrays_numpy`
+ * builds them (the same operations in the same order, so the same bits): every figure a
+ * difference of two rows of the prefix sums. `layout` holds the S stage sizes, then the S
+ * devices. `buf` [7 S + D] receives dur [S, 3], comm_f, comm_b, act, free_i [S] and the
+ * capacity [D]: memory minus the static bytes (summed in stage order, as numpy's bincount),
+ * capped by the budget (as numpy's minimum: a NaN wins, a tie gives the budget). Returns 1
+ * when some device's capacity is negative (the layout does not fit), else 0. */
+int octo_stage_arrays(const Tables *t, int S, int split_backward, const int *layout, double *buf) {
+    const int *dev = layout + S;
+    int D = t->n_devices, K = t->n_kinds;
+    const double *pfiw = t->pfiw, *p1 = t->p1;
+    double *dur = buf, *comm_f = buf + 3 * S, *comm_b = buf + 4 * S, *act = buf + 5 * S;
+    double *free_i = buf + 6 * S, *cap = buf + 7 * S;
+    long lo = 0;
+    int neg = 0;
+    for (int d = 0; d < D; d++) cap[d] = 0.0;
+    for (int s = 0; s < S; s++) {
+        long hi = lo + layout[s];
+        const double *fh = pfiw + (hi * K + t->kind_col[dev[s]]) * 3;
+        const double *fl = pfiw + (lo * K + t->kind_col[dev[s]]) * 3;
+        const double *bh = p1 + hi * 3, *bl = p1 + lo * 3;
+        double f = fh[0] - fl[0], i = fh[1] - fl[1], w = fh[2] - fl[2];
+        double a = bh[0] - bl[0], wa = bh[1] - bl[1], st = bh[2] - bl[2];
+        dur[3 * s] = f;
+        if (split_backward) {
+            dur[3 * s + 1] = i;
+            dur[3 * s + 2] = w;
+            free_i[s] = a - wa;
+        } else {
+            dur[3 * s + 1] = i + w;
+            dur[3 * s + 2] = 0.0;
+            free_i[s] = a;
+        }
+        act[s] = a;
+        cap[dev[s]] += st;
+        if (s + 1 < S) {
+            long x = dev[s], y = dev[s + 1];
+            double c = x == y ? 0.0 : t->lat[x * D + y] + t->out_bytes[hi - 1] / t->bw[x * D + y];
+            comm_f[s] = c;
+            comm_b[s + 1] = c;
+        }
+        lo = hi;
+    }
+    if (S > 0) { comm_f[S - 1] = 0.0; comm_b[0] = 0.0; }
+    for (int d = 0; d < D; d++) {
+        double c = t->memory[d] - cap[d];
+        if (t->budget != NULL && !(c < t->budget[d] || isnan(c))) c = t->budget[d];
+        cap[d] = c;
+        if (c < 0) neg = 1;
+    }
+    return neg;
+}
+
+/* The estimate of one layout under policy `p`: `octo_list_schedule`'s makespan over the arrays
+ * in `buf` (filled first by `octo_stage_arrays` when `fill`); infinity when some capacity is
+ * negative or the limits deadlock, NaN when the run stopped early above `bound`. */
+double octo_estimate(const Tables *t, const Policy *p, int S, int M, const int *layout, double *buf,
+                     int fill, double bound) {
+    int D = t->n_devices;
+    double ms = 0.0;
+    if (fill) octo_stage_arrays(t, S, p->split_backward, layout, buf);
+    for (int d = 0; d < D; d++)
+        if (buf[7 * S + d] < 0) return INFINITY;
+    int done = octo_list_schedule(S, M, D, p->split_backward, layout + S, buf, buf + 3 * S,
+                                  buf + 4 * S, buf + 5 * S, buf + 6 * S, buf + 7 * S, p->limit,
+                                  p->kind_rank, p->f_tiebreak, p->b_tiebreak, p->w_pressure,
+                                  t->contention, bound, NULL, NULL, NULL, &ms);
+    if (done < 0) return NAN;
+    return done == S * M * (p->split_backward ? 3 : 2) ? ms : INFINITY;
 }

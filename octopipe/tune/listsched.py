@@ -2,7 +2,9 @@
 that carry one transfer at a time, as the simulator's do).
 
 `list_schedule` runs the C engine in `listsched.c` (compiled once with the system C compiler and
-cached, `octopipe.native`), or the same algorithm in Python when no compiler is available. The OctoPipe authors' tuner
+cached, `octopipe.native`), or the same algorithm in Python when no compiler is available.
+`PackedStages` is the tuner's fast path: a layout's arrays built in C as well, from a problem's
+`StageTables`, and estimated under a `PackedPolicy` in one call. The OctoPipe authors' tuner
 ranks thousands of candidates with such an estimator and fully simulates only the best few; the
 executed order it returns is also how the tuner turns a priority policy into a frozen table.
 """
@@ -10,6 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +24,7 @@ from octopipe import native
 
 _SRC = Path(__file__).with_name("listsched.c")
 _LIB: ctypes.CDLL | bool | None = None
+_ZERO = array("d", [0.0])
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,12 @@ def _declare(lib: ctypes.CDLL) -> None:
                   dp, ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                   ctypes.c_double, dp, ip, dp, ctypes.POINTER(ctypes.c_double)]
     f.restype = ctypes.c_int
+    f = lib.octo_stage_arrays
+    f.argtypes = [ip, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, dp]
+    f.restype = ctypes.c_int
+    f = lib.octo_estimate
+    f.argtypes = [ip, ip, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, dp, ctypes.c_int, ctypes.c_double]
+    f.restype = ctypes.c_double
 
 
 def _lib() -> ctypes.CDLL | None:
@@ -158,6 +170,105 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
     if done < 0:
         return math.nan
     return ms.value if done == S * M * (3 if policy.split_backward else 2) else math.inf
+
+
+class _Tables(ctypes.Structure):
+    _fields_ = [("n_devices", ctypes.c_int), ("n_kinds", ctypes.c_int), ("contention", ctypes.c_int),
+                *((name, ctypes.c_void_p) for name in ("kind_col", "pfiw", "p1", "out_bytes", "lat", "bw",
+                                                        "memory", "budget"))]
+
+
+class _Policy(ctypes.Structure):
+    _fields_ = [("split_backward", ctypes.c_int), ("f_tiebreak", ctypes.c_int), ("b_tiebreak", ctypes.c_int),
+                ("kind_rank", ctypes.c_int * 3), ("w_pressure", ctypes.c_double), ("limit", ctypes.c_void_p)]
+
+
+@dataclass(frozen=True, eq=False)
+class StageTables:
+    """A problem's per-layer inputs to `PackedStages`, in the C engine's `Tables` (`addr`), with
+    the arrays it points into (`keep`)."""
+
+    n_devices: int
+    contention: bool
+    addr: int
+    keep: tuple
+
+
+def stage_tables(kind_col: np.ndarray, prefixes: tuple[np.ndarray, np.ndarray], out_bytes: np.ndarray,
+                 links: tuple[np.ndarray, np.ndarray], memory: np.ndarray, budget: np.ndarray | None,
+                 contention: bool) -> StageTables:
+    """The tables for `kind_col` [D] (each device's cost-table column), the prefix sums of F, I, W
+    [L + 1, kinds, 3] and of act, w_act and static bytes [L + 1, 3], out bytes [L], link latency
+    and bandwidth [D, D], memory [D] and the activation budget [D] or None."""
+    arrays = (np.ascontiguousarray(kind_col, dtype=np.int64),
+              *(np.ascontiguousarray(a, dtype=np.float64) for a in (*prefixes, out_bytes, *links, memory)))
+    if budget is not None:
+        arrays += (np.ascontiguousarray(budget, dtype=np.float64),)
+    t = _Tables(len(memory), prefixes[0].shape[1], int(contention), *(a.ctypes.data for a in arrays))
+    return StageTables(len(memory), bool(contention), ctypes.addressof(t), (t, arrays))
+
+
+@dataclass(frozen=True, eq=False)
+class PackedPolicy:
+    """A `ListPolicy` in the C engine's `Policy` (`addr`), with what it points into (`keep`)."""
+
+    addr: int
+    keep: tuple
+
+
+def pack_policy(policy: ListPolicy) -> PackedPolicy:
+    """`policy` for `PackedStages.estimate` (pack once, estimate many layouts)."""
+    limits = np.ascontiguousarray(policy.limits, dtype=np.int32)
+    p = _Policy(int(policy.split_backward), int(policy.f_tiebreak), int(policy.b_tiebreak),
+                (ctypes.c_int * 3)(*policy.kind_rank), float(policy.w_pressure), limits.ctypes.data)
+    return PackedPolicy(ctypes.addressof(p), (p, limits))
+
+
+_LAYOUTS: dict[int, Callable[..., bytes]] = {}
+
+
+class PackedStages:
+    """One layout's estimator inputs in memory the C engine fills (on first use) and reads:
+    `layout` (the stage sizes, then the stage devices, as C ints) and `buf` (dur [S, 3], comm_f,
+    comm_b, act, free_i [S] and cap [D]; see `octo_stage_arrays`)."""
+
+    __slots__ = ("_view", "buf", "filled", "layout", "n_stages", "split_backward", "tables")
+
+    def __init__(self, tables: StageTables, sizes: tuple[int, ...], placement: tuple[int, ...],
+                 split_backward: bool) -> None:
+        S = self.n_stages = len(sizes)
+        self.split_backward = bool(split_backward)
+        pack = _LAYOUTS.get(S)
+        if pack is None:
+            pack = _LAYOUTS[S] = struct.Struct(f"{2 * S}i").pack
+        self.tables, self.layout, self.buf = tables, pack(*sizes, *placement), _ZERO * (7 * S + tables.n_devices)
+        self.filled = False
+        self._view: StageArrays | None = None
+
+    def estimate(self, n_microbatches: int, policy: PackedPolicy, bound: float = math.inf) -> float:
+        """`list_makespan` of these stages under `policy` (of the same split backward; see
+        `octo_estimate`): the same value, inf when a capacity is negative or the limits
+        deadlock, or NaN above a finite `bound`."""
+        b = float(bound) + 1e-9 * (abs(float(bound)) + 1.0) if math.isfinite(bound) else math.inf
+        v = _LIB.octo_estimate(self.tables.addr, policy.addr, self.n_stages, int(n_microbatches),
+                               self.layout, self.buf.buffer_info()[0], not self.filled, b)
+        self.filled = True          # after the call: another thread meanwhile fills it again, alike
+        return v
+
+    def arrays(self) -> StageArrays:
+        """The same numbers as read-only `StageArrays` (views of this memory)."""
+        if self._view is None:
+            S, D = self.n_stages, self.tables.n_devices
+            if not self.filled:
+                _LIB.octo_stage_arrays(self.tables.addr, S, int(self.split_backward), self.layout,
+                                       self.buf.buffer_info()[0])
+                self.filled = True
+            dev = np.frombuffer(self.layout, dtype=np.intc)[S:]
+            buf = np.frombuffer(self.buf, dtype=np.float64)
+            buf.setflags(write=False)
+            self._view = StageArrays(dev, buf[:3 * S].reshape(S, 3), *(buf[j * S:(j + 1) * S] for j in (3, 4, 5, 6)),
+                                     buf[7 * S:7 * S + D], D, self.tables.contention)
+        return self._view
 
 
 def _list_schedule_py(arr: StageArrays, M: int, policy: ListPolicy, limits: np.ndarray) -> ListResult:
