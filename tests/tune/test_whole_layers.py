@@ -2,6 +2,7 @@
 run in the caller, its errors raised in the caller, and no child left behind."""
 import os
 import signal
+import threading
 
 import pytest
 
@@ -65,13 +66,17 @@ def test_a_ctrl_c_during_the_fork_reaches_the_caller_and_leaves_no_child(monkeyp
 
     def fork_then_ctrl_c() -> int:
         pid = real_fork()
-        if pid:
-            os.kill(os.getpid(), signal.SIGINT)
+        if pid:     # to this thread: another thread of the test process must not take it
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
             forked.append(pid)
         return pid
     before = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)   # an earlier test may ignore it
     monkeypatch.setattr(os, "fork", fork_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt), WholeLayersBeside(args()):
-        pass
+    try:
+        with pytest.raises(KeyboardInterrupt), WholeLayersBeside(args()):
+            pass
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert forked and forked[0] not in children()
     assert signal.pthread_sigmask(signal.SIG_BLOCK, ()) == before
