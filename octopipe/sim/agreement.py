@@ -12,7 +12,8 @@ this runtime (its input has no gradient), W only where this runtime's W runs one
 and B (I and W in one pass) where either does. Under ready-first a task is ready
 only once its input has arrived, so its round follows readiness and adds to the task (`charged`).
 Strict dispatch needs no agreement (every TP rank follows the same row), and `runtime.worker`
-agrees on nothing there, so strict durations carry no charge.
+agrees on nothing there, so strict durations carry no charge. Under a buffer cap (the default
+`max_inflight="plan"` included) the runtime agrees on every task, and `charged` charges every task.
 
 One round is a ring all-gather of one int64 per rank over the TP group's link:
 `(tp - 1)·latency + (tp - 1)·8 / bandwidth` (`octopipe.cost.collectives.all_gather_seconds`).
@@ -123,11 +124,12 @@ def tp_agreement(program: Program, dur: Durations, model: ModelSpec,
     return with_agreement(dur, collective_tasks(program, model, partition, tp), a)
 
 
-def charged(dur: Durations, ready_first: bool) -> Durations:
-    """The durations the ready-first engine runs: each agreed task's round added to its compute;
-    the agreement is then spent (`agreement` None), so charging twice adds nothing. Strict
-    durations are returned as they are (strict dispatch agrees on nothing)."""
+def charged(dur: Durations, ready_first: bool, every_task: bool = False) -> Durations:
+    """The durations the ready-first engine runs: each agreed task's round added to its compute
+    (every task's with `every_task`: under a buffer cap the TP ranks also agree on admissions,
+    as `runtime.worker` does); the agreement is then spent (`agreement` None), so charging twice
+    adds nothing. Strict durations are returned as they are (strict dispatch agrees on nothing)."""
     ag = dur.agreement
     if ag is None or not ready_first:
         return dur
-    return replace(dur, compute=dur.compute + ag.seconds * ag.tasks, agreement=None)
+    return replace(dur, compute=dur.compute + ag.seconds * (True if every_task else ag.tasks), agreement=None)

@@ -85,6 +85,11 @@ class ReadyFirst:
 Policy = str | ReadyFirst     # "strict", "ready_first" (`ReadyFirst()`'s defaults) or a ReadyFirst
 
 
+def _gated(rf: ReadyFirst | None) -> bool:
+    """Whether ready-first runs under a buffer cap (its TP ranks then agree on every task)."""
+    return rf is not None and (rf.max_inflight is not None or rf.memory_limit not in (False, None))
+
+
 def _policy(policy: Policy) -> ReadyFirst | None:
     """None for strict, the ready-first options otherwise."""
     if isinstance(policy, ReadyFirst):
@@ -125,7 +130,7 @@ class Simulator:
         dur = durations if durations is not None else self.durations
         if dur is None:
             raise ConfigError("no durations: pass cost= and cluster= to Simulator, or call .uniform()")
-        dur = charged(dur, rf is not None)
+        dur = charged(dur, rf is not None, _gated(rf))
         if rf is None:
             with _no_gc():
                 return run_strict(self.program, dur, semantics)
@@ -159,7 +164,7 @@ class Simulator:
         if jitter is not None and jitter.active:
             rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
             dur = jitter.apply(self.program, dur, rng)
-        dur = charged(dur, _policy(policy) is not None)
+        dur = charged(dur, _policy(policy) is not None, _gated(_policy(policy)))
         raw = self.raw(dur, policy=policy, semantics=semantics)
         name = "strict" if _policy(policy) is None else ReadyFirst.name
         if raw.stuck is not None:

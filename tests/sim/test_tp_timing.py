@@ -15,6 +15,7 @@ from octopipe.sim import ReadyFirst, Simulator
 from octopipe.sim.agreement import (
     agreement_seconds,
     agreement_stages,
+    charged,
     collective_stages,
     collective_tasks,
     needs_agreement,
@@ -163,3 +164,22 @@ def test_the_first_stage_agrees_on_w_and_b_not_on_its_empty_i():
     assert [bool(needs_agreement(k, *stages[0])) for k in range(4)] == [True, False, True, True]
     assert [bool(needs_agreement(k, True, True, False)) for k in range(4)] == [True, True, False, True]
     assert not needs_agreement(3, False, False, False)
+
+
+def test_under_a_buffer_cap_every_task_pays_a_round():
+    """The runtime's TP ranks agree on every task under a buffer cap (the default `plan`
+    included): the simulator charges every task then, and RRFP's tasks only without a cap."""
+    m = model("llama3_8b")
+    costs = AnalyticCostModel(tp=2).table(m, FOUR)
+    part = Partition.balanced(costs.work[:, 0], 4)
+    sim = Simulator(build_schedule("zbh1", 4, 1), costs, FOUR, part)
+    dur = tp_agreement(sim.program, sim.durations, m, part, 2, NV)
+    a, tasks = agreement_seconds(2, NV), collective_tasks(sim.program, m, part, 2)
+    assert tasks.any() and not tasks.all()      # W past the first stage runs no collective
+    assert np.allclose(charged(dur, True).compute - dur.compute, a * tasks, rtol=0, atol=1e-15)
+    assert np.allclose(charged(dur, True, every_task=True).compute - dur.compute, a, rtol=0, atol=1e-15)
+    uncapped = ReadyFirst("table", None)
+    assert sim.run(dur, policy=ReadyFirst("table")).makespan == \
+        sim.run(charged(dur, True, every_task=True), policy=uncapped).makespan
+    assert sim.run(dur, policy=uncapped).makespan == sim.run(charged(dur, True), policy=uncapped).makespan
+    assert sim.run(dur, policy=ReadyFirst("table")).makespan > sim.run(dur, policy=uncapped).makespan
