@@ -34,7 +34,6 @@ from octopipe.runtime.stage import as_blocks
 from octopipe.schedule.action import ActionKind
 from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
-from octopipe.sim.hints import PLAN
 from octopipe.sim.simulator import Policy, ReadyFirst
 
 MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
@@ -130,12 +129,10 @@ def rank_layer_bytes(job: Job, model, device: str) -> LayerBytes | None:
 
 
 def _policy(job: Job) -> Policy:
-    """The dispatch the ranks ran, with its cap on live micro-batches (the default `plan` is
-    the simulator's default too)."""
+    """The dispatch the ranks ran: strict, or ready-first with their hint and cap on live
+    micro-batches."""
     config = job.config
-    if config.dispatch == "strict" or config.max_inflight == PLAN:
-        return config.dispatch
-    return ReadyFirst("table", config.max_inflight)
+    return "strict" if config.dispatch == "strict" else ReadyFirst(config.hint, config.max_inflight)
 
 
 def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | None,

@@ -46,6 +46,7 @@ from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
 from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
+from octopipe.sim.hints import PLAN
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.tune.splitting import LayerSplitter, model_splitter
 from octopipe.tune.tuner import TuneOptions, tune
@@ -224,7 +225,7 @@ def arbitration_prediction(job: Job, res: ExecutionResult) -> dict | None:
     the same policy on the same draws of every measured iteration."""
     config = job.config
     var = variability_of(config, job)
-    plain = config.hint == "table" and config.max_inflight == "plan" and config.memory_cap is None
+    plain = config.hint == "table" and config.max_inflight == PLAN and config.memory_cap is None
     if plain and not var.active:
         return None
     sim = Simulator(res.table if res.table is not None else job.plan.table.compact().compute_only())

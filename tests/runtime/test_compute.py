@@ -5,28 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from octopipe.runtime.compute import RealCompute, finite_flag
-from octopipe.train.data import TokenBatches, load_corpus
+from octopipe.runtime.compute import finite_flag
 
-from .test_recompute import M, gpt
-
-
-def one_iteration(metering: bool) -> RealCompute:
-    c = RealCompute(gpt(), ((0, 3), (3, 6)), ((0, 0), (0, 1)), M, 0, torch.device("cpu"))
-    c.batches = TokenBatches(load_corpus(""), 32, 2, seed=0)
-    c.metering = metering
-    c.start_iteration(0)
-    for mb in range(M):
-        c.forward(1, mb, c.forward(0, mb, None))
-    for mb in range(M):
-        c.backward_input(0, mb, c.backward_input(1, mb, None))
-        c.backward_weight(1, mb)
-        c.backward_weight(0, mb)
-    return c
+from .test_recompute import gpt, run
 
 
 def test_without_metering_the_losses_and_gradients_are_the_same_bits_and_nothing_is_counted():
-    on, off = one_iteration(True), one_iteration(False)
+    on, off = run(gpt(), frozenset(), True), run(gpt(), frozenset(), True, metering=False)
     assert on.saved_peak_bytes > 0 and off.saved_peak_bytes == 0 and off.meter.live == 0
     assert off.losses == on.losses
     grads = on.named_grads()

@@ -21,12 +21,13 @@ def gpt() -> UserBlocks:
                                    (("width", 64), ("depth", 4), ("heads", 2))))
 
 
-def run(blocks, recompute: frozenset[int], split: bool) -> RealCompute:
+def run(blocks, recompute: frozenset[int], split: bool, metering: bool = True) -> RealCompute:
     """F of all M micro-batches on both stages (several in flight), then their backwards (B, or
     I then W); everything kept is freed at the end."""
     c = RealCompute(blocks, ((0, 3), (3, 6)), ((0, 0), (0, 1)), M, 0, torch.device("cpu"))
     c.batches = TokenBatches(load_corpus(""), 32, 2, seed=0)
     c.recompute = recompute
+    c.metering = metering
     c.start_iteration(0)
     for mb in range(M):
         c.forward(1, mb, c.forward(0, mb, None))
