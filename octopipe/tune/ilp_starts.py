@@ -13,9 +13,11 @@ from solvers.instance import Inflight
 from solvers.partition_ilp import solve_partition
 from solvers.placement_ilp import solve_partition_placement
 
-# the joint partition + placement ILP only where its root solve is quick: on larger instances
-# (54 layers x 8 devices) even its first 50 nodes took 18 s, so those fix the loop placement
-JOINT_ILP_MAX_CELLS = 128
+# the joint partition + placement ILP only where it solves quickly: on larger instances
+# (54 layers x 8 devices) even its first 50 nodes took 18 s, and on 25 layers x 4 devices its
+# 100 nodes took 3.1 s where the loop placement's partition ILP took 0.1 s (the authors' 32
+# cases keep their plans without it); those fix the loop placement
+JOINT_ILP_MAX_CELLS = 64
 
 
 # the partition ILPs up to this many layer-stage cells: 100 nodes of the V partition ILP on 216

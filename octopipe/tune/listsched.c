@@ -59,6 +59,14 @@ static double pred_ready(int s, int k, int m, int S, int M, const double *end,
     return e;
 }
 
+/* Keep ready[q] = when queue q's next action's inputs are ready (-1: not yet, or none left). */
+static void refresh(int s, int k, int S, int M, const int *nxt, const double *end,
+                    const double *arr_f, const double *arr_b, double *ready) {
+    if (s < 0 || s >= S) return;
+    int m = nxt[s * 3 + k];
+    ready[s * 3 + k] = m < M ? pred_ready(s, k, m, S, M, end, arr_f, arr_b) : -1.0;
+}
+
 /* When a transfer of `c` seconds from device a to b, produced at t, arrives: t + c, or with
  * `link_free` (per directed pair) after the link's earlier transfers. */
 static double arrival(double t, double c, int a, int b, int D, double *link_free) {
@@ -93,19 +101,20 @@ typedef struct {
     int S, M, split_backward;
     const int *nxt, *inflight, *limit, *kind_rank;
     const double *end, *free_t, *arr_f, *arr_b, *act, *mem, *cap;
+    const double *ready;   /* [S * 3] when each queue's next action's inputs are ready; -1: not yet */
     int f_tiebreak, b_tiebreak;
     double w_pressure;
 } State;
 
 /* Offer action (s, k, next micro-batch) of device d to `out` (the device's best so far): it
  * replaces `out` if it starts earlier (beyond the tolerance) or, at the same start, ranks
- * first. Skips actions not ready, past the in-flight limit or over the memory cap. */
+ * first. Skips actions not ready (or none left), past the in-flight limit or over the memory
+ * cap. */
 static void offer(const State *g, int d, int s, int k, int pressured, Choice *out, long best_key[3]) {
+    double r = g->ready[s * 3 + k];
+    if (r < 0) return;
     int M = g->M;
     int m = g->nxt[s * 3 + k];
-    if (m >= M) return;
-    double r = pred_ready(s, k, m, g->S, M, g->end, g->arr_f, g->arr_b);
-    if (r < 0) return;
     if (k == 0) {
         if (g->limit[s] > 0 && g->inflight[s] >= g->limit[s]) return;
         if (g->cap[d] >= 0 && g->mem[d] + g->act[s] > g->cap[d] * (1.0 + 1e-9) + EPS) return;
@@ -163,6 +172,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     double *arr_f = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
     double *arr_b = (double *)malloc(sizeof(double) * (S * M > 0 ? S * M : 1));
     double *link_free = contention ? (double *)calloc((size_t)D * D, sizeof(double)) : NULL;
+    double *ready = (double *)malloc(sizeof(double) * (S > 0 ? 3 * S : 1));
     double makespan = 0.0;
     int done = 0, nk = split_backward ? 3 : 2, cut = 0;
 
@@ -180,8 +190,11 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
         free(fill);
     }
     for (int d = 0; d < D; d++) { dirty[d] = 1; if (peak) peak[d] = 0.0; }
+    for (int s = 0; s < S; s++)
+        for (int k = 0; k < 3; k++)
+            ready[s * 3 + k] = k < nk && M > 0 ? pred_ready(s, k, 0, S, M, end, arr_f, arr_b) : -1.0;
     State g = {S, M, split_backward, nxt, inflight, limit, kind_rank, end, free_t, arr_f, arr_b,
-               act, mem, cap, f_tiebreak, b_tiebreak, w_pressure};
+               act, mem, cap, ready, f_tiebreak, b_tiebreak, w_pressure};
 
     while (done < total) {
         int bd = -1;
@@ -209,6 +222,17 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
             arr_f[s * M + m] = arrival(t1, comm_f[s], dev[s], dev[s + 1], D, link_free);
         else if (k == 1 && s > 0)
             arr_b[s * M + m] = arrival(t1, comm_b[s], dev[s], dev[s - 1], D, link_free);
+        /* the queues whose next action's inputs this action may complete: its own, then the
+         * forward of s + 1 and input gradient of s (after F), the input gradient of s - 1 and
+         * weight gradient of s (after I) */
+        refresh(s, k, S, M, nxt, end, arr_f, arr_b, ready);
+        if (k == 0) {
+            refresh(s + 1, 0, S, M, nxt, end, arr_f, arr_b, ready);
+            refresh(s, 1, S, M, nxt, end, arr_f, arr_b, ready);
+        } else if (k == 1) {
+            refresh(s - 1, 1, S, M, nxt, end, arr_f, arr_b, ready);
+            if (split_backward) refresh(s, 2, S, M, nxt, end, arr_f, arr_b, ready);
+        }
         if (k == 0) {
             inflight[s]++;
             mem[bd] += act[s];
@@ -239,7 +263,7 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
     *out_makespan = makespan;
     free(end); free(free_t); free(mem); free(nxt); free(inflight);
     free(dstart); free(dstage); free(dirty); free(cache); free(keys); free(rem);
-    free(arr_f); free(arr_b); free(link_free);
+    free(arr_f); free(arr_b); free(link_free); free(ready);
     return cut ? -1 : done;
 }
 

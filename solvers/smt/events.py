@@ -26,6 +26,7 @@ cycle (`solvers.smt.deadlock` finds its cyclic components and has z3 prove one i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from octopipe.errors import ConfigError, ScheduleError
 from octopipe.schedule.action import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
@@ -34,6 +35,21 @@ from octopipe.schedule.text_grid import format_grid
 from octopipe.schedule.validate import data_predecessors
 
 SEMANTICS = ("eager", "rendezvous", "batched")
+RUNS = "runs"     # the reason of a unit's own edges: reach -> start -> pass
+
+
+class Why(NamedTuple):
+    """Why an edge waits: a format string and its arguments, made text only when a deadlock is
+    explained (formatting every edge's reason cost as much as the rest of the graph)."""
+
+    template: str
+    args: tuple
+
+    def __str__(self) -> str:
+        return self.template.format(*self.args)
+
+
+Edge = tuple[int, int, "str | Why"]     # (before, after, why)
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ class EventGraph:
     semantics: str
     units: list[Unit]
     transfers: list[Transfer]
-    edges: list[tuple[int, int, str]] = field(default_factory=list)  # (before, after, why)
+    edges: list[Edge] = field(default_factory=list)
     unit_of: dict[Action, int] = field(default_factory=dict)
 
     @property
@@ -220,11 +236,11 @@ def _add_edges(g: EventGraph, split: set[tuple[int, int]]) -> None:
     E = g.edges
     prev_on: dict[int, int] = {}
     for u, unit in enumerate(g.units):
-        E.append((g.reach(u), g.start(u), "runs"))
-        E.append((g.start(u), g.passed(u), "runs"))
+        E.append((g.reach(u), g.start(u), RUNS))
+        E.append((g.start(u), g.passed(u), RUNS))
         if unit.device in prev_on:
             E.append((g.passed(prev_on[unit.device]), g.reach(u),
-                      f"waits for {g.units[prev_on[unit.device]]} before it in its row"))
+                      Why("waits for {} before it in its row", (g.units[prev_on[unit.device]],))))
         prev_on[unit.device] = u
     tindex = {t.recv: i for i, t in enumerate(g.transfers)}
     sindex = {t.send: i for i, t in enumerate(g.transfers)}
@@ -233,26 +249,30 @@ def _add_edges(g: EventGraph, split: set[tuple[int, int]]) -> None:
             if a.kind.is_compute:
                 for p in _same_device_preds(g.table, a, split):
                     if p in g.unit_of:
-                        E.append((g.passed(g.unit_of[p]), g.start(u), f"waits for {p} to end"))
+                        E.append((g.passed(g.unit_of[p]), g.start(u), Why("waits for {} to end", (p,))))
                 t = _consumed(g.table, a, split)
                 if t is not None:
-                    E.append((g.passed(g.unit_of[t.recv]), g.start(u), f"waits for {t.recv} to pass"))
-                    E.append((g.arrive(tindex[t.recv]), g.start(u), f"waits for {t} to arrive"))
+                    E.append((g.passed(g.unit_of[t.recv]), g.start(u),
+                              Why("waits for {} to pass", (t.recv,))))
+                    E.append((g.arrive(tindex[t.recv]), g.start(u), Why("waits for {} to arrive", (t,))))
             elif a.kind in (SEND_F, SEND_B):
                 t = sindex[a]
                 if g.semantics == "rendezvous":
                     E.append((g.reach(g.unit_of[g.transfers[t].recv]), g.passed(u),
-                              f"blocks until {g.transfers[t].recv} is posted on device {g.transfers[t].dst}"))
+                              Why("blocks until {} is posted on device {}", (g.transfers[t].recv, g.transfers[t].dst))))
                 if g.semantics == "batched":
-                    E.append((g.arrive(t), g.passed(u), f"waits for its group's transfer {g.transfers[t]}"))
+                    E.append((g.arrive(t), g.passed(u),
+                              Why("waits for its group's transfer {}", (g.transfers[t],))))
             elif g.semantics != "eager":
                 t = tindex[a]
-                E.append((g.arrive(t), g.passed(u), f"waits for {g.transfers[t]} to arrive"))
+                E.append((g.arrive(t), g.passed(u), Why("waits for {} to arrive", (g.transfers[t],))))
     for i, t in enumerate(g.transfers):
-        E.append((g.passed(g.unit_of[t.producer]), g.arrive(i), f"needs {t.producer} to end"))
-        E.append((g.reach(g.unit_of[t.send]), g.arrive(i), f"needs {t.send} posted on device {t.src}"))
+        E.append((g.passed(g.unit_of[t.producer]), g.arrive(i), Why("needs {} to end", (t.producer,))))
+        E.append((g.reach(g.unit_of[t.send]), g.arrive(i),
+                  Why("needs {} posted on device {}", (t.send, t.src))))
         if g.semantics in ("rendezvous", "batched"):
-            E.append((g.reach(g.unit_of[t.recv]), g.arrive(i), f"needs {t.recv} posted on device {t.dst}"))
+            E.append((g.reach(g.unit_of[t.recv]), g.arrive(i),
+                      Why("needs {} posted on device {}", (t.recv, t.dst))))
 
 
-__all__ = ["SEMANTICS", "EventGraph", "Transfer", "Unit", "build_event_graph"]
+__all__ = ["RUNS", "SEMANTICS", "Edge", "EventGraph", "Transfer", "Unit", "Why", "build_event_graph"]
