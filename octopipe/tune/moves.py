@@ -93,14 +93,18 @@ def swap_stages(c: Candidate, problem: Problem, pr: np.ndarray, focus: set[int] 
     out: list[Move] = []
     S = len(pl)
     for a in range(S):
+        da = pl[a]
+        left = pl[a - 1] if a > 0 else -1
         for b in range(a + 1, S):
-            da, db = pl[a], pl[b]
+            db = pl[b]
             if da == db or (focus is not None and da not in focus and db not in focus):
+                continue
+            # the swapped stages may not sit beside a stage of their new device
+            if db == left or (b > a + 1 and db == pl[a + 1]) or (b + 1 < S and da == pl[b + 1]) \
+                    or (b > a + 1 and da == pl[b - 1]):
                 continue
             new = list(pl)
             new[a], new[b] = db, da
-            if any(new[s] == new[s + 1] for s in (a - 1, a, b - 1, b) if 0 <= s < S - 1):
-                continue
             ben = pr[da] * (cost[b] - cost[a]) + pr[db] * (cost[a] - cost[b])
             out.append((c.with_(placement=tuple(new)), float(ben)))
     return out
