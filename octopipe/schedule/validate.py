@@ -7,7 +7,7 @@ Every error names the problem in one sentence and prints the grid with the cell 
 """
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 
 from octopipe.errors import ScheduleError
 from octopipe.schedule.action import Action, ActionKind, B, F, I, W
@@ -152,18 +152,25 @@ def first_stuck(table: ScheduleTable, cells: dict[Action, tuple[int, int]],
         for x, y in zip(acts, acts[1:]):
             succ[x].append(y)
             indeg[y] += 1
-    ready = deque(a for a, k in indeg.items() if k == 0)
-    seen = 0
-    while ready:
-        a = ready.popleft()
-        seen += 1
-        for b in succ[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                ready.append(b)
-    if seen == len(cells):
+    if kahn(succ, indeg, indeg.keys()) == len(cells):
         return None
     return min((a for a, k in indeg.items() if k > 0), key=lambda a: (cells[a][1], cells[a][0]))
+
+
+def kahn(succ, indeg, nodes) -> int:
+    """Kahn's algorithm on a wait graph: `succ[x]` lists what waits for x, `indeg[x]` counts
+    what x waits for (decremented in place; lists or dicts alike). Returns how many of `nodes`
+    can run; the rest, in a cycle or behind one, keep `indeg` > 0."""
+    ready = [x for x in nodes if indeg[x] == 0]
+    seen = 0
+    while ready:
+        x = ready.pop()
+        seen += 1
+        for y in succ[x]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+    return seen
 
 
 def is_valid(table: ScheduleTable) -> bool:

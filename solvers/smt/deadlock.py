@@ -33,6 +33,7 @@ import networkx as nx
 import z3
 
 from octopipe.schedule.table import ScheduleTable
+from octopipe.schedule.validate import kahn
 from solvers.smt.events import RUNS, Edge, EventGraph, build_event_graph
 from solvers.smt.verdict import SmtVerdict
 
@@ -64,23 +65,14 @@ def smt_text(g: EventGraph, tracked: bool = False,
 
 
 def acyclic(n_events: int, edges: list[Edge]) -> bool:
-    """Whether the wait graph has no cycle: Kahn's topological sort over flat lists (a
-    deadlock-free table, the common case, needs no component search)."""
+    """Whether the wait graph has no cycle: Kahn's sort over flat lists (a deadlock-free table,
+    the common case, needs no component search)."""
     succ: list[list[int]] = [[] for _ in range(n_events)]
     indegree = [0] * n_events
     for a, b, _ in edges:
         succ[a].append(b)
         indegree[b] += 1
-    ready = [x for x in range(n_events) if indegree[x] == 0]
-    done = 0
-    while ready:
-        x = ready.pop()
-        done += 1
-        for y in succ[x]:
-            indegree[y] -= 1
-            if indegree[y] == 0:
-                ready.append(y)
-    return done == n_events
+    return kahn(succ, indegree, range(n_events)) == n_events
 
 
 def cyclic_core(g: EventGraph) -> list[list[Edge]]:
