@@ -159,10 +159,10 @@ def check_memory_feasible(table: ScheduleTable, costs: CostTable,
     g = build_event_graph(table, semantics)
     mm = memory_model(g, costs, partition, cluster, capacity)
     anc = _ancestors(g)
-    s = z3.Solver()
+    s = z3.Solver(ctx=z3.Context())     # a context of its own, as the deadlock check's
     s.from_string("\n".join([f"(declare-const t{i} Int)" for i in range(g.n_events)]
                             + [f"(assert (>= t{b} (+ t{a} 1)))" for a, b, _ in g.edges]))
-    ev = [z3.Int(f"t{i}") for i in range(g.n_events)]
+    ev = [z3.Int(f"t{i}", s.ctx) for i in range(g.n_events)]
 
     def happened(x: int, k: int):
         """1/0 when the wait graph decides whether event x is at or before checkpoint k."""
@@ -186,17 +186,17 @@ def check_memory_feasible(table: ScheduleTable, costs: CostTable,
             if isinstance(h, int):
                 const += amount * h
             else:
-                terms.append(z3.If(h, z3.IntVal(_b(amount)), 0))
+                terms.append(z3.If(h, z3.IntVal(_b(amount), s.ctx), 0))
         for on, off, nb in flows_of[d]:
             h_on, h_off = happened(on, k), happened(off, k)
             if isinstance(h_on, int) and isinstance(h_off, int):
                 const += nb * (h_on and not h_off)
             elif not (isinstance(h_on, int) and h_on == 0) and not (isinstance(h_off, int) and h_off == 1):
                 parts = ([] if isinstance(h_on, int) else [h_on]) + ([] if isinstance(h_off, int) else [z3.Not(h_off)])
-                terms.append(z3.If(z3.And(*parts), z3.IntVal(_b(nb)), 0))
-        total = z3.Sum(terms) + _b(const) if terms else z3.IntVal(_b(const))
+                terms.append(z3.If(z3.And(*parts), z3.IntVal(_b(nb), s.ctx), 0))
+        total = z3.Sum(terms) + _b(const) if terms else z3.IntVal(_b(const), s.ctx)
         exprs[(d, k)] = (total, const, len(terms))
-        lit = z3.Bool(f"mem_{d}_{k}")
+        lit = z3.Bool(f"mem_{d}_{k}", s.ctx)
         lits[lit.get_id()] = (d, k, lit)
         s.add(z3.Implies(lit, total <= int(np.floor(mm.capacity[d]))))
     assumptions = [v[2] for v in lits.values()]
