@@ -20,12 +20,16 @@ class Failure:
 
 
 class Control:
-    """Created by the launcher in the spawn context and handed to every rank."""
+    """Created by the launcher in the spawn context and handed to every rank.
+
+    Nothing here takes a lock the ranks share: a rank stopped (SIGSTOP, a debugger) while it
+    held one would block the launcher's abort and every other rank's poll of it. The abort flag
+    is a plain shared integer, as the positions and heartbeats are."""
 
     def __init__(self, world: int, ctx=None) -> None:
         ctx = ctx or mp.get_context("spawn")
         self.world = world
-        self._abort = ctx.Event()
+        self._abort = ctx.Value("i", 0, lock=False)
         self._status = ctx.Array("i", [0] * (world * _FIELDS), lock=False)
         self._beats = ctx.Array("i", [0] * world, lock=False)
         self._errors = ctx.Queue()
@@ -36,7 +40,7 @@ class Control:
         self._status[base:base + 4] = [iteration, done, row_index, int(waiting)]
 
     def aborted(self) -> bool:
-        return self._abort.is_set()
+        return bool(self._abort.value)
 
     def beat(self, rank: int) -> None:
         """The rank's process is alive and scheduled (its lifeline thread calls this)."""
@@ -53,7 +57,7 @@ class Control:
 
     # launcher side ---------------------------------------------------------------------
     def abort(self) -> None:
-        self._abort.set()
+        self._abort.value = 1
 
     def status(self, rank: int) -> tuple[int, int, int, bool, bool]:
         base = rank * _FIELDS
