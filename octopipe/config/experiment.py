@@ -274,7 +274,8 @@ class RobustExperiment(ExperimentConfig):
     max_evaluations: int = setting(4000, "the tuner's search budget for both plans", ge=1)
     emulated_iterations: int = setting(6, "measured iterations per emulated launch (0: no emulation)", ge=0)
     emulated_warmup: int = setting(1, "emulated: iterations before them", ge=0)
-    emulate_step_s: float = setting(0.02, "emulated: mean per-rank F seconds of a micro-batch", gt=0)
+    emulate_step_s: float = setting(0.05, "emulated: mean per-rank F seconds of a micro-batch (long enough "
+                                    "that a rank's per-action overhead on shared cores stays small)", gt=0)
 
 
 EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
