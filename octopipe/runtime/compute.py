@@ -284,6 +284,9 @@ class RealCompute:
         return [p for mod in self.copies.values() for p in mod.parameters()]
 
 
+AWAKE_S = 5e-4     # an emulated action's last half millisecond is waited out awake (EmulatedCompute._sleep)
+
+
 class EmulatedCompute:
     """Sleeps each action's modelled duration; the messages have the modelled byte sizes.
 
@@ -306,9 +309,14 @@ class EmulatedCompute:
 
     @staticmethod
     def _sleep(seconds: float) -> None:
+        """Wait `seconds`: asleep until the last `AWAKE_S`, then awake, since the OS wakes a
+        sleeper late (by a few hundred microseconds on a busy machine), which would lengthen
+        every emulated action by that much where real compute has no such delay."""
         end = time.perf_counter() + seconds
-        while (left := end - time.perf_counter()) > 0:
-            time.sleep(left)
+        while (left := end - time.perf_counter()) > AWAKE_S:
+            time.sleep(left - AWAKE_S)
+        while time.perf_counter() < end:
+            pass
 
     def _message(self, stage: int) -> torch.Tensor:
         return torch.zeros(max(self.elems.get(stage, 1), 1), device=self.device)

@@ -1,11 +1,14 @@
 """Real compute's cheap paths: metering switched off changes nothing but the meter, and the
-finiteness flag of a forward output agrees with `isfinite(h).all()`."""
+finiteness flag of a forward output agrees with `isfinite(h).all()`; an emulated action's sleep
+never ends early."""
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
 
-from octopipe.runtime.compute import finite_flag
+from octopipe.runtime.compute import AWAKE_S, EmulatedCompute, finite_flag
 
 from .test_recompute import gpt, run
 
@@ -36,3 +39,13 @@ def test_the_finite_flag_is_isfinite_all(dtype):
     for h in cases:
         assert bool(finite_flag(h)) == bool(torch.isfinite(h).all())
     assert [bool(finite_flag(h)) for h in cases] == [True] * 4 + [False] * 4
+
+
+@pytest.mark.parametrize("seconds", [0.0, 1e-4, AWAKE_S, 3e-3])
+def test_an_emulated_action_never_ends_before_its_time(seconds):
+    """The sleep's awake tail ends at the deadline, never before it (no upper bound: a busy
+    machine may run late)."""
+    for _ in range(5):
+        t0 = time.perf_counter()
+        EmulatedCompute._sleep(seconds)
+        assert time.perf_counter() - t0 >= seconds
