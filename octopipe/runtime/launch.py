@@ -342,8 +342,9 @@ def rank_job(job: Job, table: ScheduleTable, result_dir: str) -> RankJob:
                           recompute=job.recompute)
     return RankJob(job.plan.partition.ranges, table, wiring, compute,
                    TensorParallelSpec(config.tp, agree_stages(job)), arbitration(job, table, durations),
-                   job.weights, config.dispatch, job.total_iterations, job.seed, config.lr, result_dir,
-                   job.fault, job.ab_strict, DataParallelSpec(job.data_parallel.dp, job.data_parallel.zero))
+                   job.weights, config.dispatch, job.total_iterations, config.warmup, job.seed, config.lr,
+                   result_dir, job.fault, job.ab_strict,
+                   DataParallelSpec(job.data_parallel.dp, job.data_parallel.zero))
 
 
 def agree_stages(job: Job) -> tuple[tuple[bool, bool, bool], ...]:

@@ -78,6 +78,7 @@ class RankJob:
     weights: WeightPolicy | None = None     # asynchronous updates, applied per backward
     dispatch: Literal["strict", "ready_first"] = "ready_first"
     iterations: int = 1
+    warmup: int = 0                         # the first iterations, not measured: the only ones metered (0: all)
     seed: int = 0
     lr: float = 0.0
     result_dir: str = ""

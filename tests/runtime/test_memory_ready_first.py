@@ -50,3 +50,19 @@ def test_ready_first_memory_agrees_with_the_simulated_peak_per_rank():
     d = memory_figures(job, res, None, rank_layer_bytes(job, MODEL, "cpu"))
     assert d["memory_max_rel_err"] <= 0.10, d
     assert d["memory_measured_bytes"] == pytest.approx(d["memory_simulated_bytes"], rel=0.10)
+
+
+def test_only_the_warm_up_iterations_are_metered():
+    """The meter's hooks would slow the measured iterations, so it counts in the warm-up only: a
+    warm-up iteration reports its peak, a measured one 0; the memory figure is the warm-up's."""
+    cluster = local_cluster(2, Link("loopback", 5e8, 1e-4))
+    plan = Plan(((0, 3), (3, 7)), build_schedule("1f1b", 2, 2))
+    config = RuntimeConfig(compute="real", dispatch="strict", calibrate=False, grad_check=False, pin="false",
+                           iterations=2, warmup=1, timeout_s=120.0)
+    job = Job(plan, MODEL, config, costs=analytic_costs(AnalyticCost(), MODEL, cluster), cluster=cluster)
+    res = execute(job)
+    for ev in res.events:
+        peaks = {e["it"]: e["saved_peak_bytes"] for e in ev if "saved_peak_bytes" in e}
+        assert peaks[0] > 0 and peaks[1] == peaks[2] == 0, peaks
+    d = memory_figures(job, res, None, rank_layer_bytes(job, MODEL, "cpu"))
+    assert d["memory_max_rel_err"] <= 1e-9, d
