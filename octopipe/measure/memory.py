@@ -138,10 +138,11 @@ def _policy(job: Job) -> Policy:
 def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | None,
                    measured: LayerBytes | None) -> dict:
     """summary.json's memory figures of one launch of `job`: each rank's measured bytes
-    (`measured_bytes`) beside the simulator's peak for the plan as it ran (its dispatch and cap),
-    priced with the layers' `measured` bytes and timed as the iteration is predicted
-    (`simulated_bytes`), and timed by the stage times of the measured iterations themselves (the
-    replay); null without `measured`."""
+    (`measured_bytes` of the metered iterations: the warm-up ones, else all) beside the
+    simulator's peak for the plan as it ran (its dispatch and cap), priced with the layers'
+    `measured` bytes and timed as the iteration is predicted (`simulated_bytes`), and timed by
+    the stage times of the measured iterations themselves (the replay); null without
+    `measured`."""
     if measured is None:
         return dict.fromkeys(MEMORY_KEYS)
     plan = replace(job.plan, table=res.table) if res.table is not None else job.plan
