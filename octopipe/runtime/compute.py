@@ -295,6 +295,7 @@ class EmulatedCompute:
     """
 
     saved_peak_bytes = 0        # nothing is saved for a backward
+    metering = False            # so nothing to meter
 
     def __init__(self, durations: dict[int, tuple[float, float, float]], message_elems: dict[int, int],
                  n_stages: int, device: torch.device) -> None:

@@ -86,6 +86,12 @@ class RankJob:
     ab_strict: bool = False                 # even iterations strict, odd ones `dispatch` (`Job`)
     data_parallel: DataParallelSpec = field(default_factory=DataParallelSpec)
 
+    def metered(self, it: int) -> bool:
+        """Whether iteration `it` counts saved bytes: only the warm-up ones, since the meter's
+        hooks cost a Python call per saved tensor and would slow the measured iterations (every
+        iteration when there is no warm-up)."""
+        return it < self.warmup or self.warmup == 0
+
     @property
     def model(self) -> Layers | None:
         """The layers real compute builds (None under emulated compute)."""

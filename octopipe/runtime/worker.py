@@ -460,23 +460,14 @@ def join(rank: int, job: RankJob) -> None:
                                 world_size=job.wiring.world)
 
 
-def metered(job: RankJob, it: int) -> bool:
-    """Whether iteration `it` counts saved bytes: only the warm-up ones, since the meter's hooks
-    cost a Python call per saved tensor and would slow the measured iterations (every iteration
-    when there is no warm-up)."""
-    return it < job.warmup or job.warmup == 0
-
-
 def run_iterations(rank: int, job: RankJob, control: Control) -> None:
     """The runtime's own program: `job.iterations` iterations of the table (SGD after each at
     `job.lr`), then this rank's losses, gradients, events and weights into rank<R>.pt."""
     join(rank, job)
     worker = Rank(job, rank, control)
     losses, grads, shards = [], {}, {}
-    inner = getattr(worker.compute, "inner", worker.compute)     # under a jitter wrapper
     for it in range(job.iterations):
-        if isinstance(inner, RealCompute):
-            inner.metering = metered(job, it)
+        getattr(worker.compute, "inner", worker.compute).metering = job.metered(it)   # under a jitter wrapper too
         worker.iteration(it)
         losses.append(dict(worker.compute.losses))
         if it == job.iterations - 1 and worker.blocks is None:
