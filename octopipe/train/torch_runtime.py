@@ -75,12 +75,12 @@ def _rank(rank: int, payload: tuple, control) -> None:
     opt = StageOptimizers({(0, s): mods[s] for s in held}, optim, distributed=True)
     losses, times = [], []
     for step in range(steps):
+        t0 = time.perf_counter()        # the whole step, as our loop's step_s: batches, zero_grad, barrier
         batch = [data.batch(step, j) for j in range(m)]
         ids, target = torch.cat([b["ids"] for b in batch]), torch.cat([b["targets"] for b in batch])
         for mod in mods.values():
             mod.zero_grad(set_to_none=True)
         dist.barrier()
-        t0 = time.perf_counter()
         mb_losses: list = []
         args = (ids,) if 0 in held else ()
         kwargs = {"target": target, "losses": mb_losses} if table.n_stages - 1 in held else {}
@@ -102,7 +102,8 @@ def _rank(rank: int, payload: tuple, control) -> None:
 def train_with_torch(blocks: UserBlocks, plan: Plan, data, optim: OptimSettings, steps: int,
                      seed: int = 0, timeout_s: float = 600.0) -> TrainRun:
     """`steps` training steps of `plan` on torch's runtime, one local gloo process per rank;
-    records carry each step's wall seconds (barrier to optimizer step done, rank 0)."""
+    records carry each step's wall seconds (the whole step as our loop times it: batches,
+    zero_grad, barrier, schedule, optimizer step; rank 0)."""
     check_torch_plan(blocks, plan)
     with tempfile.TemporaryDirectory(prefix="octopipe-torch-") as tmp:
         csv_path = str(Path(tmp) / "schedule.csv")
