@@ -150,7 +150,6 @@ def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | No
     its = list(job.measured)
     policy = _policy(job)
     replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=policy, semantics="eager")
-    metered = list(range(job.config.warmup)) or its          # `RankJob.metered`
-    return {**memory_comparison(measured_bytes(res.events, metered),
+    return {**memory_comparison(measured_bytes(res.events, job.metered),
                                 simulated_bytes(plan, costs, job.cluster, policy, calibration)),
             "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory]}

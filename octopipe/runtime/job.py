@@ -109,3 +109,9 @@ class Job:
     def measured(self) -> range:
         """The indices of the measured iterations."""
         return range(self.config.warmup, self.total_iterations)
+
+    @property
+    def metered(self) -> range:
+        """The iterations whose saved bytes are counted: the warm-up ones (the meter's hooks cost
+        a Python call per saved tensor and would slow the measured ones), else the measured."""
+        return range(self.config.warmup) or self.measured

@@ -342,7 +342,7 @@ def rank_job(job: Job, table: ScheduleTable, result_dir: str) -> RankJob:
                           recompute=job.recompute)
     return RankJob(job.plan.partition.ranges, table, wiring, compute,
                    TensorParallelSpec(config.tp, agree_stages(job)), arbitration(job, table, durations),
-                   job.weights, config.dispatch, job.total_iterations, config.warmup, job.seed, config.lr,
+                   job.weights, config.dispatch, job.total_iterations, tuple(job.metered), job.seed, config.lr,
                    result_dir, job.fault, job.ab_strict,
                    DataParallelSpec(job.data_parallel.dp, job.data_parallel.zero))
 

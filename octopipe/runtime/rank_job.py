@@ -78,19 +78,13 @@ class RankJob:
     weights: WeightPolicy | None = None     # asynchronous updates, applied per backward
     dispatch: Literal["strict", "ready_first"] = "ready_first"
     iterations: int = 1
-    warmup: int = 0                         # the first iterations, not measured: the only ones metered (0: all)
+    metered: tuple[int, ...] | None = None  # iterations whose saved bytes are counted (`Job.metered`); None: all
     seed: int = 0
     lr: float = 0.0
     result_dir: str = ""
     fault: Fault | None = None
     ab_strict: bool = False                 # even iterations strict, odd ones `dispatch` (`Job`)
     data_parallel: DataParallelSpec = field(default_factory=DataParallelSpec)
-
-    def metered(self, it: int) -> bool:
-        """Whether iteration `it` counts saved bytes: only the warm-up ones, since the meter's
-        hooks cost a Python call per saved tensor and would slow the measured iterations (every
-        iteration when there is no warm-up)."""
-        return it < self.warmup or self.warmup == 0
 
     @property
     def model(self) -> Layers | None:

@@ -467,7 +467,7 @@ def run_iterations(rank: int, job: RankJob, control: Control) -> None:
     worker = Rank(job, rank, control)
     losses, grads, shards = [], {}, {}
     for it in range(job.iterations):
-        getattr(worker.compute, "inner", worker.compute).metering = job.metered(it)   # under a jitter wrapper too
+        getattr(worker.compute, "inner", worker.compute).metering = job.metered is None or it in job.metered
         worker.iteration(it)
         losses.append(dict(worker.compute.losses))
         if it == job.iterations - 1 and worker.blocks is None:
