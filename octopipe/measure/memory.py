@@ -36,7 +36,8 @@ from octopipe.schedule.table import ScheduleTable
 from octopipe.sim import simulate
 from octopipe.sim.simulator import Policy, ReadyFirst
 
-MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
+MEMORY_KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes",
+               "memory_simulated_executed_bytes", "memory_executed_max_rel_err")
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +110,35 @@ def measured_bytes(events: Sequence[Sequence[dict]], iterations: Sequence[int]) 
             for rank in events]
 
 
+def executed_table(table: ScheduleTable, events: Sequence[Sequence[dict]], it: int) -> ScheduleTable | None:
+    """`table` as the ranks ran iteration `it`: each row's actions in the order they started
+    (ready-first dispatch may reorder a row); None when a row's actions are not all recorded."""
+    rows = []
+    for d, row in enumerate(table.rows):
+        acts = [a for a in row if a is not None]
+        start = {e["action"]: e["start"] for e in events[d] if e.get("it") == it and "action" in e} \
+            if d < len(events) else {}
+        if any(str(a) not in start for a in acts):
+            return None
+        rows.append(tuple(sorted(acts, key=lambda a: start[str(a)])))
+    return replace(table, rows=tuple(rows))
+
+
+def executed_bytes(plan: Plan, costs: CostTable, cluster: Cluster, events: Sequence[Sequence[dict]],
+                   iterations: Sequence[int]) -> list[float] | None:
+    """Per device, the median over `iterations` of the simulator's peak for the order the ranks
+    ran each (`executed_table`, strict: a row's peak depends on its order alone), or None when an
+    iteration's order is not recorded. Beside the measured bytes it checks the memory model (what
+    each action keeps and frees) apart from the dispatch's timing."""
+    peaks = []
+    for it in iterations:
+        table = executed_table(plan.table, events, it)
+        if table is None:
+            return None
+        peaks.append(simulate(replace(plan, table=table), costs, cluster, semantics="eager").peak_memory)
+    return [float(x) for x in np.median(np.array(peaks), axis=0)]
+
+
 def simulated_bytes(plan: Plan, costs: CostTable, cluster: Cluster, dispatch: Policy,
                     calibration: Calibration | None) -> list[float]:
     """The simulator's peak bytes per device for `plan` on `costs` (with `memory_costs`' columns),
@@ -141,8 +171,8 @@ def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | No
     (`measured_bytes` of the metered iterations: the warm-up ones, else all) beside the
     simulator's peak for the plan as it ran (its dispatch and cap), priced with the layers'
     `measured` bytes and timed as the iteration is predicted (`simulated_bytes`), and timed by
-    the stage times of the measured iterations themselves (the replay); null without
-    `measured`."""
+    the stage times of the measured iterations themselves (the replay), and on the order the ranks
+    ran the metered iterations (`executed_bytes`); null without `measured`."""
     if measured is None:
         return dict.fromkeys(MEMORY_KEYS)
     plan = replace(job.plan, table=res.table) if res.table is not None else job.plan
@@ -150,6 +180,10 @@ def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | No
     its = list(job.measured)
     policy = _policy(job)
     replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=policy, semantics="eager")
-    return {**memory_comparison(measured_bytes(res.events, job.metered),
-                                simulated_bytes(plan, costs, job.cluster, policy, calibration)),
-            "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory]}
+    measured = measured_bytes(res.events, job.metered)
+    executed = executed_bytes(plan, costs, job.cluster, res.events, list(job.metered))
+    return {**memory_comparison(measured, simulated_bytes(plan, costs, job.cluster, policy, calibration)),
+            "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory],
+            "memory_simulated_executed_bytes": executed,
+            "memory_executed_max_rel_err": None if executed is None else
+            memory_comparison(measured, executed)["memory_max_rel_err"]}

@@ -319,6 +319,10 @@ def measure(job: Job, plans: Sequence[Plan], costs_of: Callable[[ModelSpec], Cos
             report.append(f"{name} memory per rank (MB): measured {_mb(d['memory_measured_bytes'])}, simulated "
                           f"{_mb(d['memory_simulated_bytes'])} (max rel err {100 * d['memory_max_rel_err']:.1f}%), "
                           f"replay {_mb(d['memory_simulated_replay_bytes'])}")
+            if d["memory_executed_max_rel_err"] is not None:
+                report.append(f"{name} memory on the order the ranks ran (MB): simulated "
+                              f"{_mb(d['memory_simulated_executed_bytes'])} (max rel err "
+                              f"{100 * d['memory_executed_max_rel_err']:.1f}%)")
         if agreed is not None:
             report.append(f"{name}: TP agreement {agreed['us_per_round']:.0f} us per round, "
                           f"{agreed['rounds_per_task']:.2f} rounds per task, at most "

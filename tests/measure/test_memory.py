@@ -9,7 +9,7 @@ import torch
 from octopipe.cluster import Link
 from octopipe.config.cost import AnalyticCost
 from octopipe.cost.analytic import analytic_costs
-from octopipe.measure.memory import layer_bytes, measured_bytes, memory_costs
+from octopipe.measure.memory import executed_bytes, executed_table, layer_bytes, measured_bytes, memory_costs
 from octopipe.plan import Plan
 from octopipe.runtime.compute import RealCompute
 from octopipe.runtime.machine import local_cluster
@@ -96,3 +96,28 @@ def test_measured_bytes_are_each_ranks_median_over_the_measured_iterations():
               + [{"it": 1, "action": "0F0"}],
               [{"it": it, "saved_peak_bytes": 7, "state_bytes": 3} for it in range(4)]]
     assert measured_bytes(events, [1, 2, 3]) == [50.0, 10.0]
+
+
+def _events(rows, it: int) -> list[list[dict]]:
+    """Action records of iteration `it` in each row's given order (what a worker writes)."""
+    return [[{"it": it, "action": str(a), "start": float(k), "end": k + 0.5} for k, a in enumerate(row)]
+            for row in rows]
+
+
+def test_executed_bytes_are_the_peak_of_the_order_the_ranks_ran(measured):
+    """Ready-first may run a row's forwards before its backward: the peak of the order recorded
+    (rank 0 ran all four forwards first, as GPipe) is that order's row walk, not the table's."""
+    cluster = local_cluster(2, Link("loop", 1e9, 1e-5))
+    table = build_schedule("1f1b", 2, 4).compute_only()
+    costs = memory_costs(analytic_costs(AnalyticCost(), MODEL, cluster), measured, table, PARTITION)
+    row0 = [a for a in table.rows[0] if a is not None]
+    ran = [sorted(row0, key=lambda a: (a.kind is not ActionKind.F, a.microbatch)),
+           [a for a in table.rows[1] if a is not None]]
+    events = _events(ran, 3)
+    assert executed_table(table, events, 3).rows == tuple(tuple(r) for r in ran)
+    got = executed_bytes(Plan(PARTITION, table), costs, cluster, events, [3])
+    want = _row_peaks(table, costs, PARTITION)
+    assert got[1] == pytest.approx(want[1], rel=1e-12)
+    assert got[0] > want[0]
+    assert got == pytest.approx(_row_peaks(executed_table(table, events, 3), costs, PARTITION), rel=1e-12)
+    assert executed_bytes(Plan(PARTITION, table), costs, cluster, [events[0][:-1], events[1]], [3]) is None

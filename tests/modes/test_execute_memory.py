@@ -15,7 +15,8 @@ from octopipe.schedule.library import build_schedule
 from tests.runtime.tiny import attn, emb, head, mamba1, mamba2, mlp, model
 
 MODEL = model([emb(), mamba2(), attn(), mlp(), mamba1(), mlp(), head()])
-KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes")
+KEYS = ("memory_measured_bytes", "memory_simulated_bytes", "memory_max_rel_err", "memory_simulated_replay_bytes",
+        "memory_simulated_executed_bytes", "memory_executed_max_rel_err")
 
 
 def _job(compute: str) -> tuple[Job, list[Plan]]:
@@ -37,6 +38,7 @@ def test_real_ranks_memory_agrees_with_the_simulated_peak_per_rank():
         assert len(d["memory_measured_bytes"]) == len(d["memory_simulated_bytes"]) == 2
         assert d["memory_max_rel_err"] <= 0.10, d
         assert d["memory_measured_bytes"] == pytest.approx(d["memory_simulated_bytes"], rel=0.10)
+        assert d["memory_simulated_executed_bytes"] == d["memory_simulated_bytes"]     # strict: the row's order
     one, zb = (res.summary["schedules"][n]["memory_measured_bytes"] for n in ("1f1b", "zbh1"))
     assert zb[1] > one[1]           # ZB-H1's last rank holds a micro-batch's I gradients for W
     assert {k: res.summary[k] for k in KEYS} == {k: res.summary["schedules"]["1f1b"][k] for k in KEYS}

@@ -50,6 +50,7 @@ def test_ready_first_memory_agrees_with_the_simulated_peak_per_rank():
     d = memory_figures(job, res, None, rank_layer_bytes(job, MODEL, "cpu"))
     assert d["memory_max_rel_err"] <= 0.10, d
     assert d["memory_measured_bytes"] == pytest.approx(d["memory_simulated_bytes"], rel=0.10)
+    assert d["memory_executed_max_rel_err"] <= 1e-9, d      # the memory model, on the order each rank ran
 
 
 def test_only_the_warm_up_iterations_are_metered():
