@@ -5,9 +5,13 @@ iteration: inputs not yet arrived, peers behind), the CPU its threads spend beyo
 how long each message took from its send to its arrival."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from octopipe.runtime.trace import deliveries
+from octopipe.sim.durations import Durations
+from octopipe.sim.program import Program
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -60,3 +64,14 @@ def rank_profile(events: list[list[dict]], iterations: list[int]) -> dict:
     costs = [r["dispatch_us"] for r in ranks if r["dispatch_us"] is not None]
     return {"ranks": ranks, "dispatch_us": _mean(costs), "transport_us": 1e6 * _mean(transfers) if transfers else None,
             "messages": len(transfers), "idle_share": _mean(idle)}
+
+
+def host_seconds(events: list[list[dict]], program: Program, durations: Mapping[int, Durations]) -> float | None:
+    """The mean, over the actions of the iterations in `durations`, of each action's span less the
+    duration the model gave it that iteration (`durations[it].compute`; emulated compute sleeps
+    exactly that): the runtime's host time inside an action (making and posting its message,
+    the call itself); None without actions."""
+    node = {str(program.action(c)): c for c in range(program.n_compute)}
+    extra = [e["end"] - e["start"] - float(durations[e["it"]].compute[node[e["action"]]])
+             for ev in events for e in ev if "action" in e and e.get("it") in durations]
+    return float(np.mean(extra)) if extra else None

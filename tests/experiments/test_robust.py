@@ -54,3 +54,12 @@ def test_findings_count_the_points_that_meet_the_target():
     assert "| workload |" in report_md([{**p, "workload": "w", "nominal_mean_s": 1.0, "robust_mean_s": 1.0,
                                          "nominal_p90_s": 1.0, "robust_p90_s": 1.0, "nominal_hint": "table",
                                          "robust_hint": "bfw"} for p in pts], EX)
+
+
+def test_findings_give_both_predictions_of_the_emulated_launches():
+    pts = [{"evaluated": "emulated", "jitter_cv": 0.0, "straggler": False, "gain": 1.0, "same_plan": True,
+            "sim_vs_emulated_err": 0.041, "hosted_vs_emulated_err": 0.012, "nominal_host_us": 150.0,
+            "robust_host_us": 190.0}]
+    text = "\n".join(findings(pts))
+    assert "within 4.1% from the costs alone, and within 1.2% told the runtime's host time" in text
+    assert "(150-190 us" in text

@@ -1,7 +1,10 @@
 """The rank-time split on hand-made events with known numbers."""
+import numpy as np
 import pytest
 
-from octopipe.measure.rank_time import rank_profile, rank_split, transfer_seconds
+from octopipe.measure.rank_time import host_seconds, rank_profile, rank_split, transfer_seconds
+from octopipe.schedule.library import build_schedule
+from octopipe.sim.simulator import Simulator
 
 
 def _rank0():
@@ -47,3 +50,19 @@ def test_transfers_match_send_and_arrival():
     assert p["transport_us"] == pytest.approx(250000.0) and p["messages"] == 1
     assert p["dispatch_us"] == 500.0                 # rank 1 recorded no decision
     assert p["idle_share"] == pytest.approx((0.25 + 0.875) / 2)
+
+
+def test_host_seconds_is_each_actions_span_beyond_its_modelled_duration():
+    """Two iterations, each with its own modelled durations: the host time is the mean excess of
+    the actions of those iterations, warm-up and unknown iterations left out."""
+    sim = Simulator(build_schedule("1f1b", 2, 2).compute_only())
+    sim.uniform(f=1.0, b=2.0)
+    p, base = sim.program, sim.durations
+    name = [str(p.action(c)) for c in range(p.n_compute)]
+    durs = {1: base, 2: base.scaled(compute=base.compute * 2)}
+    events = [[{"it": it, "action": name[c], "start": 10.0 * it, "end": 10.0 * it + durs[it].compute[c] + extra}
+               for c in range(p.n_compute) for it, extra in ((1, 1e-3), (2, 3e-3))]
+              + [{"it": 0, "action": name[0], "start": 0.0, "end": 9.0}, {"it": 1, "begin": 0.0, "finish": 1.0}]]
+    assert host_seconds(events, p, durs) == pytest.approx(2e-3, rel=1e-9)
+    assert host_seconds(events, p, {}) is None
+    assert np.all(durs[2].compute == 2 * base.compute)
