@@ -111,13 +111,9 @@ def _final_params(worker: Rank, names: ModelNames, replica0: bool = True) -> dic
             if c[0] == 0 or not replica0 for n, p in mod.named_parameters()}
 
 
-def _mean_loss(worker: Rank, m: int) -> float:
-    """Collective: the step's mean loss over every replica's micro-batches (a TP rank's copy of
-    the loss counted once)."""
-    mine = sum(v for _, v in sorted(worker.compute.losses.items())) if worker.trank == 0 else 0.0
-    total = torch.tensor([mine], dtype=torch.float64)
-    dist.all_reduce(total)
-    return float(total) / (m * worker.job.dp)
+def _my_loss(worker: Rank) -> float:
+    """This rank's share of the step's loss sum (a TP rank's copy of the loss counted once)."""
+    return sum(v for _, v in sorted(worker.compute.losses.items())) if worker.trank == 0 else 0.0
 
 
 def _uncounted(worker: Rank) -> set[int]:
@@ -137,22 +133,25 @@ def _blocks_of(worker: Rank, stage: int) -> str:
     return f"stage {stage} (block{'s' if hi - lo > 1 else ''} {lo}{'-' + str(hi - 1) if hi - lo > 1 else ''})"
 
 
-def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> tuple[dict | None, float]:
-    """Collective: (None, the gradient's global sum of squares) when step `step`'s loss, every
-    forward output and every gradient are finite; else where the first non-finite value arose:
-    the first stage whose forward output was, else the last stage whose gradient was (a backward
-    runs from the last stage down). The sum of squares is the clipping norm's, reduced once."""
+def _health(worker: Rank, opt: StageOptimizers, step: int) -> tuple[dict | None, float, float]:
+    """Collective, one all-reduce: the step's mean loss over every replica's micro-batches, and
+    (None, the gradient's global sum of squares) when that loss, every forward output and every
+    gradient are finite; else where the first non-finite value arose: the first stage whose
+    forward output was, else the last stage whose gradient was (a backward runs from the last
+    stage down). The sum of squares is the clipping norm's, reduced once."""
     compute, n = worker.compute, worker.table.n_stages
-    v = torch.zeros(2 * n, dtype=torch.float64)
+    v = torch.zeros(2 * n + 1, dtype=torch.float64)
     for s, flags in compute.output_finite.items():
         v[s] = float(not bool(torch.stack(flags).all()))
     for s, sq in opt.stage_squares().items():
         v[n + s] += sq
+    v[2 * n] = _my_loss(worker)
     dist.all_reduce(v)
+    loss = float(v[2 * n]) / (worker.table.n_microbatches * worker.job.dp)
     bad_out = [s for s in range(n) if v[s] != 0]
     bad_grad = [s for s in range(n) if not math.isfinite(float(v[n + s]))]
     if math.isfinite(loss) and not bad_out and not bad_grad:
-        return None, float(v[n:].sum())
+        return None, float(v[n:2 * n].sum()), loss
     if bad_out:
         where = f"{_blocks_of(worker, bad_out[0])} is the first whose forward output is not finite"
     elif not math.isfinite(loss):
@@ -160,7 +159,7 @@ def _health(worker: Rank, opt: StageOptimizers, step: int, loss: float) -> tuple
     else:
         where = f"{_blocks_of(worker, bad_grad[-1])} is the first whose gradient is not finite"
     return {"step": step + 1, "loss": loss, "stage": bad_out[0] if bad_out else (
-        n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}, math.nan
+        n - 1 if not math.isfinite(loss) else bad_grad[-1]), "where": where}, math.nan, loss
 
 
 def _idle_shares(worker: Rank, rank: int, step: int, dt: float) -> list[float]:
@@ -259,8 +258,7 @@ def _train(rank: int, job: TrainRankJob, worker: Rank, out: Path) -> dict:
         worker.compute.metering = step + 1 == job.train.steps    # the memory figure is the last step's
         worker.iteration(step)
         tied.sum()
-        loss = _mean_loss(worker, table.n_microbatches)
-        diverged, squares = _health(worker, opt, step, loss)
+        diverged, squares, loss = _health(worker, opt, step)
         if diverged is not None:        # stop before the update: the weights stay those of the last good step
             return {"diverged": diverged, "checkpoint": saved, "losses": losses, "params": {}, "events": []}
         norm = opt.step(step, squares)
