@@ -75,6 +75,7 @@ class RealCompute:
         self.meter = SavedMeter()
         self.metering = True               # count saved bytes this iteration (training: the last step only)
         self.saved: dict[tuple[int, int], _Saved] = {}
+        self._trainable: dict[int, list] = {}      # id(module) -> its trainable parameters (`_params`)
         self.iteration = 0
         self.losses: dict[int, float] = {}
         self._batches: dict[int, dict] = {}
@@ -96,6 +97,7 @@ class RealCompute:
 
     def start_iteration(self, iteration: int) -> None:
         self.iteration, self.saved, self.losses, self._batches = iteration, {}, {}, {}
+        self._trainable = {}
         self.output_finite = {}
         for mod in self.copies.values():
             mod.zero_grad(set_to_none=True)
@@ -187,9 +189,15 @@ class RealCompute:
         return grad
 
     def _params(self, stage: int, mb: int) -> list:
+        """The trainable parameters a backward of (`stage`, `mb`) differentiates: listed once per
+        iteration and copy (walking a module's parameters costs a Python call per submodule)."""
         if self.weights is not None:
             return self.weights.params(stage, mb)
-        return [p for p in self.module(stage, mb).parameters() if p.requires_grad]
+        mod = self.module(stage, mb)
+        got = self._trainable.get(id(mod))
+        if got is None:
+            got = self._trainable[id(mod)] = [p for p in mod.parameters() if p.requires_grad]
+        return got
 
     def _weight_iter(self, stage: int, mb: int):
         """What the split-backward helpers walk: the module's parameters, or the stash's leaves."""
