@@ -45,7 +45,7 @@ from octopipe.runtime.dispatch import variability_for
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute
 from octopipe.runtime.machine import local_cluster
-from octopipe.sim.simulator import ReadyFirst, Simulator
+from octopipe.sim.simulator import Simulator
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.candidate import Problem
 from octopipe.tune.robust import Robust
@@ -159,15 +159,13 @@ def emulated(ex: RobustExperiment, w: Workload, level: Level, plan: Plan, hint: 
     res = execute(Job(plan, w.model, config, seed=SEED, costs=w.costs, cluster=w.cluster))
     measured = range(ex.emulated_warmup, ex.emulated_warmup + ex.emulated_iterations)
     problem = Problem.build(w.costs, w.cluster, ex.pp, ex.microbatches)
-    sim, var = Simulator(plan, problem.costs, problem.cluster), variability(ex, w, level)(plan)
-    policy = ReadyFirst(hint) if ex.dispatch == "ready_first" else "strict"
-    durs = {it: var.apply(sim.program, sim.durations, np.random.default_rng((SEED, it))) if var.active
-            else sim.durations for it in measured}
-    host = host_seconds(res.events, sim.program, durs) or 0.0
-    return Launch(np.array([res.iteration_s[it] for it in measured]),
-                  np.array([sim.run(durs[it], policy=policy, semantics="eager").makespan for it in measured]),
-                  np.array([sim.run(durs[it].scaled(compute=durs[it].compute + host), policy=policy,
-                                    semantics="eager").makespan for it in measured]), host)
+    rb = Robust("mean", 0.9, 1, ex.dispatch, variability(ex, w, level))
+    sim = Simulator(plan, problem.costs, problem.cluster)
+    host = host_seconds(res.events, sim.program, {it: rb.drawn(sim, plan, (SEED, it)) for it in measured}) or 0.0
+
+    def spans(host_s: float) -> np.ndarray:
+        return np.array([rb.span_of(sim, plan, hint, (SEED, it), host_s) for it in measured])
+    return Launch(np.array([res.iteration_s[it] for it in measured]), spans(0.0), spans(host), host)
 
 
 def run_point(ex: RobustExperiment, w: Workload, level: Level, seed: int, progress) -> dict:

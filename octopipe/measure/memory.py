@@ -180,10 +180,10 @@ def memory_figures(job: Job, res: ExecutionResult, calibration: Calibration | No
     its = list(job.measured)
     policy = _policy(job)
     replay = simulate(plan, replay_costs(res.events, plan, costs, its), job.cluster, policy=policy, semantics="eager")
-    measured = measured_bytes(res.events, job.metered)
+    ranks = measured_bytes(res.events, job.metered)
     executed = executed_bytes(plan, costs, job.cluster, res.events, list(job.metered))
-    return {**memory_comparison(measured, simulated_bytes(plan, costs, job.cluster, policy, calibration)),
+    return {**memory_comparison(ranks, simulated_bytes(plan, costs, job.cluster, policy, calibration)),
             "memory_simulated_replay_bytes": [float(x) for x in replay.peak_memory],
             "memory_simulated_executed_bytes": executed,
             "memory_executed_max_rel_err": None if executed is None else
-            memory_comparison(measured, executed)["memory_max_rel_err"]}
+            memory_comparison(ranks, executed)["memory_max_rel_err"]}

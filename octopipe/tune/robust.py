@@ -18,6 +18,7 @@ import numpy as np
 
 from octopipe.errors import InfeasibleError, OctoPipeError
 from octopipe.plan import Plan
+from octopipe.sim.durations import Durations
 from octopipe.sim.simulator import ReadyFirst, Simulator
 from octopipe.sim.variability import Variability
 from octopipe.tune.candidate import Problem
@@ -47,13 +48,24 @@ class Robust:
         sim = Simulator(plan, problem.costs, problem.cluster)
         return np.array([self._run(sim, plan, hint, (self.seed, k)) for k in range(self.samples)])
 
-    def span_of(self, problem: Problem, plan: Plan, hint: str, seed) -> float:
-        """One makespan on the draws of `seed` (what the runtime draws for an iteration)."""
-        return self._run(Simulator(plan, problem.costs, problem.cluster), plan, hint, seed)
+    def drawn(self, sim: Simulator, plan: Plan, seed) -> Durations:
+        """`sim`'s durations of `plan` under the draws of `seed` (what the runtime draws for an
+        iteration seeded so)."""
+        var = self.variability(plan)
+        return var.apply(sim.program, sim.durations, np.random.default_rng(seed)) if var.active else sim.durations
+
+    def span_of(self, sim: Simulator, plan: Plan, hint: str, seed, host_s: float = 0.0) -> float:
+        """One makespan on the draws of `seed`, every action `host_s` longer (a runtime's host
+        time per action, which the costs do not hold)."""
+        dur = self.drawn(sim, plan, seed)
+        return float(sim.run(dur.scaled(compute=dur.compute + host_s), policy=self._policy(hint),
+                             semantics=self.semantics).makespan)
+
+    def _policy(self, hint: str):
+        return ReadyFirst(hint) if self.dispatch == "ready_first" else "strict"
 
     def _run(self, sim: Simulator, plan: Plan, hint: str, seed) -> float:
-        policy = ReadyFirst(hint) if self.dispatch == "ready_first" else "strict"
-        return float(sim.run(policy=policy, semantics=self.semantics, jitter=self.variability(plan),
+        return float(sim.run(policy=self._policy(hint), semantics=self.semantics, jitter=self.variability(plan),
                              seed=np.random.default_rng(seed)).makespan)
 
     def score(self, spans: np.ndarray) -> float:

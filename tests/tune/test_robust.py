@@ -8,6 +8,7 @@ import pytest
 from octopipe.config.tuner import TunerConfig
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
+from octopipe.sim.simulator import Simulator
 from octopipe.sim.variability import Variability
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.candidate import Problem
@@ -59,6 +60,22 @@ def test_common_random_numbers_and_the_quantile():
     assert rb.score(a) == pytest.approx(float(np.median(a)))
     other = Robust("quantile", 0.5, 16, "strict", lambda p: Variability(cv=0.3), seed=8).spans(problem, plan)
     assert not np.array_equal(a, other)
+
+
+def test_one_span_is_the_sample_of_its_seed_and_host_time_lengthens_every_action():
+    """`span_of` draws as `spans` does (sample k is seed (seed, k)); with `host_s` each compute
+    node is that much longer (strict 1F1B on 2 ranks, 4 micro-batches: every path from rank 0's
+    first F to its last B holds at least its row's 8 actions, so the makespan grows by 8·host_s
+    or more)."""
+    costs = hetero_costs(10)
+    problem = Problem.build(costs, free_cluster(2), 2, 4)
+    plan = Plan(Partition.uniform(10, 2), build_schedule("1f1b", 2, 4))
+    rb = Robust("mean", 0.9, 3, "strict", lambda p: Variability(cv=0.3), seed=7)
+    sim = Simulator(plan, problem.costs, problem.cluster)
+    spans = rb.spans(problem, plan)
+    assert [rb.span_of(sim, plan, "table", (7, k)) for k in range(3)] == list(spans)
+    host = 1e-3 * float(spans[0])
+    assert rb.span_of(sim, plan, "table", (7, 0), host) >= spans[0] + 8 * host * (1 - 1e-12)
 
 
 def test_ready_first_records_the_hint_it_runs_best_with():
