@@ -1,4 +1,5 @@
-"""`cost=profiled`: F, I and W seconds of each layer measured on this machine's device.
+"""`cost=profiled`: F, I, W and full-backward (B) seconds of each layer measured on this
+machine's device (B, one autograd pass, often costs less than I then W).
 
 Each distinct layer (kind, shape, the shape it receives, sequence, micro-batch size, device,
 threads, torch version; each piece of a split layer is a layer of its own) is timed once with
@@ -161,11 +162,13 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
                         Path(cache) if cache else None, cost.statistic)
     base = analytic_costs(cost, model, cluster)
     k = len(base.kinds)
-    col = {name: np.repeat(np.array([t[name] for t in times])[:, None], k, axis=1) for name in "fiw"}
+    for t in times:
+        t.setdefault("b", t["i"] + t["w"])         # a cache file of a version that did not time B
+    col = {name: np.repeat(np.array([t[name] for t in times])[:, None], k, axis=1) for name in "fiwb"}
     out_bytes = np.array([4.0 * float(np.prod(carry_shape(model, j))) for j in range(model.n_layers)])
     return CostTable(base.layer_names, base.kinds, col["f"], col["i"], col["w"], base.act_bytes,
                      base.static_bytes, out_bytes, base.params, w_act_bytes=base.w_act_bytes,
-                     flops=base.flops, tokens_per_microbatch=base.tokens_per_microbatch)
+                     flops=base.flops, tokens_per_microbatch=base.tokens_per_microbatch, full_b=col["b"])
 
 
 def saved_bytes(layer, x_in: torch.Tensor | None, batch: dict) -> tuple[float, torch.Tensor]:
@@ -185,6 +188,18 @@ def saved_bytes(layer, x_in: torch.Tensor | None, batch: dict) -> tuple[float, t
     return float(sum(seen.values())), out.detach()
 
 
+def token_batch(blocks, device: torch.device) -> dict[str, torch.Tensor]:
+    """One micro-batch of random tokens (seed 0) for a block list: ids and next-token targets."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, blocks.vocab, (blocks.micro_batch_size, blocks.seq_len + 1), generator=gen)
+    return {"ids": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
+
+
+def profile_device(cost: ProfiledCost) -> torch.device:
+    """The device `cost.device` names (auto: CUDA where there is one)."""
+    return _device(cost.device)
+
+
 def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
     """The CostTable of a block list (a user's factory, `octopipe.model.user_module`) measured
     here: F, I, W seconds, the bytes autograd keeps per micro-batch, parameter + gradient +
@@ -195,9 +210,7 @@ def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
     device = _device(cost.device)
     old = torch.get_num_threads()
     torch.set_num_threads(cost.threads)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, blocks.vocab, (blocks.micro_batch_size, blocks.seq_len + 1), generator=gen)
-    batch = {"ids": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
+    batch = token_batch(blocks, device)
     rows, x = [], None
     try:
         for j in range(blocks.n_blocks):
@@ -210,9 +223,9 @@ def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
     finally:
         torch.set_num_threads(old)
     kinds = tuple(dict.fromkeys(cluster.kind_of(d).name for d in range(cluster.n_devices)))
-    col = {k: np.repeat(np.array([r[0][k] for r in rows])[:, None], len(kinds), axis=1) for k in "fiw"}
+    col = {k: np.repeat(np.array([r[0][k] for r in rows])[:, None], len(kinds), axis=1) for k in "fiwb"}
     params = np.array([r[2] for r in rows])
     tokens = blocks.seq_len * blocks.micro_batch_size
     return CostTable(tuple(blocks.names), kinds, col["f"], col["i"], col["w"], np.array([r[1] for r in rows]),
                      params * cost.bytes_per_param, np.array([r[3] for r in rows]), params,
-                     flops=2.0 * params * tokens, tokens_per_microbatch=tokens)
+                     flops=2.0 * params * tokens, tokens_per_microbatch=tokens, full_b=col["b"])

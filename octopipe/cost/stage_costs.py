@@ -20,7 +20,8 @@ from octopipe.plan import Partition
 @dataclass(frozen=True, eq=False)
 class StageCosts:
     """[S] arrays of one partition and placement: seconds per micro-batch on each stage's
-    device kind, bytes per stage, and the bytes each stage's last layer sends onwards."""
+    device kind, bytes per stage, and the bytes each stage's last layer sends onwards. Each of
+    F, I, W and a full backward B includes the table's host time per action once."""
 
     partition: Partition
     placement: np.ndarray          # [S] device of each stage
@@ -29,6 +30,7 @@ class StageCosts:
     i: np.ndarray
     w: np.ndarray
     work: np.ndarray               # F + I + W, from the prefix sums of the summed times
+    full_b: np.ndarray             # a full backward: I + W, or the measured one plus one action's host time
     act_bytes: np.ndarray
     w_act_bytes: np.ndarray
     static_bytes: np.ndarray
@@ -42,9 +44,10 @@ class StageCosts:
         dev = np.asarray(placement, dtype=np.int64)
         col = np.asarray(device_columns, dtype=np.int64)[dev]
         lo, hi = part.bounds[:-1], part.bounds[1:]
-        return cls(part, dev, col,
-                   costs.range_sums("f", lo, hi, col), costs.range_sums("i", lo, hi, col),
-                   costs.range_sums("w", lo, hi, col), costs.range_sums("work", lo, hi, col),
+        h = costs.action_s
+        f, i, w = (costs.range_sums(n, lo, hi, col) + h for n in "fiw")
+        b = i + w if costs.full_b is None and h == 0.0 else costs.range_sums("b", lo, hi, col) + h
+        return cls(part, dev, col, f, i, w, costs.range_sums("work", lo, hi, col) + 3.0 * h, b,
                    costs.range_sums("act_bytes", lo, hi), costs.range_sums("w_act_bytes", lo, hi),
                    costs.range_sums("static_bytes", lo, hi), costs.out_bytes[hi - 1])
 
@@ -54,8 +57,8 @@ class StageCosts:
 
     @property
     def b(self) -> np.ndarray:
-        """Full backward seconds: I + W."""
-        return self.i + self.w
+        """Full backward seconds (I + W where the table has no measured full backward)."""
+        return self.full_b
 
     def per_device(self, values: np.ndarray, n_devices: int) -> np.ndarray:
         """[D] sums of a per-stage array over the stages each device holds (in stage order)."""

@@ -21,7 +21,12 @@ def _prefix(a: np.ndarray) -> np.ndarray:
 class CostTable:
     """Arrays indexed [layer] or [layer, kind]; `kinds` names the device kinds (columns).
 
-    f, i, w: forward, input-gradient and weight-gradient seconds per micro-batch; b = i + w.
+    f, i, w: forward, input-gradient and weight-gradient seconds per micro-batch.
+    full_b: seconds of a full backward (one autograd pass for both gradients), where measured:
+    on a CPU it is well below i + w, which pay for the split; None means b = i + w.
+    action_s: host seconds every compute action (F, I, W or B) of a stage costs beyond its layers'
+    seconds (the runtime's own work per action, which layers timed alone do not show); a stage's
+    action of any number of layers pays it once.
     act_bytes: activation bytes a layer keeps from F until its backward frees them (per
     micro-batch); w_act_bytes: the part of them still held after I until W.
     static_bytes: parameter + gradient + optimizer bytes. out_bytes: bytes the layer's output
@@ -40,11 +45,15 @@ class CostTable:
     w_act_bytes: np.ndarray | None = None
     flops: np.ndarray | None = None          # forward FLOPs per micro-batch, per layer
     tokens_per_microbatch: int = 0
+    full_b: np.ndarray | None = None
+    action_s: float = 0.0
     _prefix: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.layer_names)
-        for name in ("f", "i", "w"):
+        for name in ("f", "i", "w", "full_b"):
+            if name == "full_b" and self.full_b is None:
+                continue
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.ndim == 1:
                 arr = arr[:, None]
@@ -69,7 +78,8 @@ class CostTable:
 
     @property
     def b(self) -> np.ndarray:
-        return self.i + self.w
+        """[layer, kind] seconds of a full backward: `full_b` where measured, else i + w."""
+        return self.i + self.w if self.full_b is None else self.full_b
 
     @property
     def work(self) -> np.ndarray:

@@ -27,10 +27,14 @@ def allreduce_s(nbytes: float, ranks: int, cluster: Cluster) -> float:
 def charge_ties(costs: CostTable, ties: Sequence[tuple[int, float, int]], cluster: Cluster,
                 n_microbatches: int) -> CostTable:
     """`costs` with each shared parameter's gradient all-reduce added to its first holder's
-    weight-gradient time; `ties` = (first holder layer, bytes of its gradient, holders)."""
+    weight-gradient time (and full backward); `ties` = (first holder layer, bytes of its gradient, holders)."""
     if not ties:
         return costs
     w = np.array(costs.w, dtype=np.float64)
+    b = None if costs.full_b is None else np.array(costs.full_b, dtype=np.float64)
     for layer, nbytes, holders in ties:
-        w[layer, :] += allreduce_s(nbytes, min(holders, cluster.n_devices), cluster) / max(1, n_microbatches)
-    return replace(costs, w=w, _prefix={})
+        extra = allreduce_s(nbytes, min(holders, cluster.n_devices), cluster) / max(1, n_microbatches)
+        w[layer, :] += extra
+        if b is not None:
+            b[layer, :] += extra
+    return replace(costs, w=w, full_b=b, _prefix={})

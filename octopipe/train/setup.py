@@ -31,6 +31,7 @@ from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.plan_io import load_plan, plan_to_doc
 from octopipe.runtime.dispatch import plain
+from octopipe.runtime.host_time import with_host_time
 from octopipe.runtime.job import DataParallel, Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import SpecBlocks
@@ -130,12 +131,15 @@ def train_cluster(cfg: Config) -> Cluster:
 
 
 def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
+    """The blocks' profiled costs, with the runtime's host seconds per action measured here
+    (`runtime.host_time`): the tuner weighs many small stages against few large ones on them."""
     cost = profiled_cost(cfg)
     if isinstance(blocks, SpecBlocks):
-        return profiled_costs(cost, blocks.model, cluster)
+        return with_host_time(profiled_costs(cost, blocks.model, cluster), blocks, cost, cfg.seed)
     ties = [(t.blocks[0], 4.0 * t.numel, len(t.blocks)) for t in tied_tensors(blocks.raw(cfg.seed)[0])
             if t.parameter]         # fp32 gradients, summed over the holders' ranks
-    return charge_ties(profile_blocks(blocks, cost, cluster), ties, cluster, cfg.train.microbatches)
+    costs = with_host_time(profile_blocks(blocks, cost, cluster), blocks, cost, cfg.seed)
+    return charge_ties(costs, ties, cluster, cfg.train.microbatches)
 
 
 def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:

@@ -21,6 +21,10 @@ charges each device the fill and drain it cannot avoid:
 Forgetting which layers a device may hold (any layer may sit on any of the sorted slots) keeps
 the bound valid and makes it a small integer program over layer *types* (layers with equal
 times), solved exactly with CBC (`pulp`). Each bound is never below the one before it.
+
+Where the cost table measured a full backward cheaper than I + W, a plan that does not split
+its backward gets a layer's input gradient only after its B: the bounds take the cheaper of the
+two (`backward_floor`), so they hold for plans of either kind.
 """
 from __future__ import annotations
 
@@ -47,6 +51,18 @@ def lower_bound(layer_work: np.ndarray, n_microbatches: int) -> float:
     return float(n_microbatches * fastest / per_dev_rate.sum())
 
 
+def backward_floor(problem: Problem) -> tuple[np.ndarray, float]:
+    """[L] the least seconds, over device kinds, from a layer's backward start to its input
+    gradient (I, or a full B where that is cheaper), and the least seconds layer 0 then still
+    owes to finish its weight gradient (W, or the rest of its B)."""
+    c, col = problem.costs, problem.kind_col
+    if c.full_b is None:
+        return c.i[:, col].min(axis=1), float(c.w[0, col].min())
+    b = c.b[:, col]
+    i = np.minimum(c.i[:, col], b)
+    return i.min(axis=1), float((np.minimum(c.i[0, col] + c.w[0, col], b[0]) - i[0]).min())
+
+
 def layer_bound(problem: Problem) -> float:
     """A tighter bound for coarse models: layers are never split, so the device holding layer l
     cannot start it before micro-batch 0's forward has crossed every earlier layer, and then
@@ -56,8 +72,7 @@ def layer_bound(problem: Problem) -> float:
     sum_{j<l} f_j + M * (f_l + i_l) + sum_{j<l} i_j + w_0 (l >= 1). Never below `lower_bound`."""
     c = problem.costs
     f = c.f[:, problem.kind_col].min(axis=1)
-    i = c.i[:, problem.kind_col].min(axis=1)
-    w0 = float(c.w[0, problem.kind_col].min())
+    i, w0 = backward_floor(problem)
     work = problem.layer_work().min(axis=1)
     M = problem.n_microbatches
     before = np.concatenate([[0.0], np.cumsum(f)[:-1]])
@@ -77,8 +92,7 @@ def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 12
     base = layer_bound(problem)
     c = problem.costs
     f = c.f[:, problem.kind_col].min(axis=1)
-    i = c.i[:, problem.kind_col].min(axis=1)
-    w = c.w[:, problem.kind_col].min(axis=1)
+    i, w0 = backward_floor(problem)
     work = problem.layer_work().min(axis=1)
     fi = np.minimum(f + i, work)
     M, D = problem.n_microbatches, problem.n_devices
@@ -86,7 +100,7 @@ def device_bound(problem: Problem, max_nodes: int = 5000, time_cap_s: float = 12
     for a, b in zip(np.round(work, 12), np.round(fi, 12)):
         types[(float(a), float(b))] = types.get((float(a), float(b)), 0) + 1
     start = np.concatenate([[0.0], np.cumsum(f)])[:D]
-    chain = np.array([0.0] + [float(i[:k].sum() + w[0]) for k in range(1, D)])
+    chain = np.array([0.0] + [float(i[:k].sum() + w0) for k in range(1, D)])
     prob = pulp.LpProblem("device_bound", pulp.LpMinimize)
     T = prob.add_variable("T", lowBound=0)
     n = {(t, k): prob.add_variable(f"n_{t}_{k}", lowBound=0, upBound=cnt, cat="Integer")
@@ -118,7 +132,7 @@ def memory_bound(problem: Problem) -> float:
     Transfers count as free and every time is the fastest kind's, which keeps it a bound."""
     c = problem.costs
     f = c.f[:, problem.kind_col].min(axis=1)
-    i = c.i[:, problem.kind_col].min(axis=1)
+    i = backward_floor(problem)[0]
     fi = f + i
     rest = np.cumsum(fi[::-1])[::-1]                     # R_l
     tol = 1 + 1e-9                      # the slack `Problem.over_memory` allows

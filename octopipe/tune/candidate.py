@@ -180,10 +180,12 @@ class Problem:
         return self.costs.n_layers
 
     def layer_work(self) -> np.ndarray:
-        """[L, D] seconds of F+I+W of each layer on each device, per micro-batch (read-only)."""
+        """[L, D] seconds of each layer's work per micro-batch on each device (read-only): F and
+        the cheaper backward, I + W or a full B where the table measured one."""
         work = self.__dict__.get("_work")
         if work is None:
-            work = self.costs.work[:, self.kind_col]
+            c = self.costs
+            work = (c.work if c.full_b is None else c.f + np.minimum(c.i + c.w, c.b))[:, self.kind_col]
             work.setflags(write=False)
             object.__setattr__(self, "_work", work)
         return work
@@ -220,7 +222,7 @@ class Problem:
         got = self.__dict__.get("_c_tables")
         if got is None:
             got = stage_tables(self.kind_col, self._prefixes(), self.costs.out_bytes, self._link_matrices(),
-                               self.memory_bytes, self.act_budget, self.contention)
+                               self.memory_bytes, self.act_budget, self.contention, self._backward())
             object.__setattr__(self, "_c_tables", got)
         return got
 
@@ -230,12 +232,14 @@ class Problem:
         sums, as in `StageCosts.bind` (the same subtractions, so the same bits), in one buffer
         whose C addresses are kept with it."""
         pfiw, p1 = self._prefixes()
+        has_b, h = self._backward()
         D, S = self.n_devices, cand.n_stages
         b = cand.partition.bounds
         lo, hi = b[:-1], b[1:]
         place = np.array(cand.placement, dtype=np.int64)
         col = self.kind_col[place]
-        fiw = pfiw[hi, col] - pfiw[lo, col]              # [S, 3] F, I, W
+        fiwb = (pfiw[hi, col] - pfiw[lo, col]) + h       # [S, 4] F, I, W, B
+        fiw = fiwb[:, :3]
         byt = p1[hi] - p1[lo]                            # [S, 3] act, w_act, static bytes
         buf = np.empty(7 * S + D)
         dur = buf[:3 * S].reshape(S, 3)
@@ -246,7 +250,7 @@ class Problem:
             np.subtract(byt[:, 0], byt[:, 1], out=free_i)
         else:
             dur[:, 0] = fiw[:, 0]
-            dur[:, 1] = fiw[:, 1] + fiw[:, 2]
+            dur[:, 1] = fiwb[:, 3] if has_b else fiw[:, 1] + fiw[:, 2]
             dur[:, 2] = 0.0
             free_i[:] = byt[:, 0]
         act[:] = byt[:, 0]
@@ -265,13 +269,19 @@ class Problem:
                                            *(base + 8 * S * j for j in (3, 4, 5, 6, 7))], (dev, buf)))
         return arr
 
+    def _backward(self) -> tuple[bool, float]:
+        """(whether a full backward costs its own column rather than I + W, the host seconds each
+        action adds): as `StageCosts.bind`."""
+        c = self.costs
+        return c.full_b is not None or c.action_s != 0.0, float(c.action_s)
+
     def _prefixes(self) -> tuple[np.ndarray, np.ndarray]:
-        """The cost table's prefix sums stacked: [L + 1, kinds, 3] of F, I, W and [L + 1, 3] of
+        """The cost table's prefix sums stacked: [L + 1, kinds, 4] of F, I, W, B and [L + 1, 3] of
         act, w_act and static bytes (copies of `CostTable.prefix`'s, read-only)."""
         got = self.__dict__.get("_pre")
         if got is None:
             c = self.costs
-            got = (np.stack([c.prefix(n) for n in ("f", "i", "w")], axis=-1),
+            got = (np.stack([c.prefix(n) for n in ("f", "i", "w", "b")], axis=-1),
                    np.stack([c.prefix(n) for n in ("act_bytes", "w_act_bytes", "static_bytes")], axis=-1))
             for a in got:
                 a.setflags(write=False)

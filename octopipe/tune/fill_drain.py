@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from octopipe.tune.bounds import device_bound, lower_bound
+from octopipe.tune.bounds import backward_floor, device_bound, lower_bound
 from octopipe.tune.candidate import Problem
 from solvers.backend import cbc
 
@@ -70,8 +70,7 @@ class Terms:
     def of(cls, problem: Problem) -> Terms:
         c, col = problem.costs, problem.kind_col
         f = c.f[:, col].min(axis=1)
-        i = c.i[:, col].min(axis=1)
-        w0 = float(c.w[0, col].min())
+        i, w0 = backward_floor(problem)
         work = problem.layer_work().min(axis=1)
         r = np.concatenate([[0.0], np.cumsum(f)[:-1]])
         q = r + np.concatenate([[0.0], np.cumsum(i)[:-1]]) + w0

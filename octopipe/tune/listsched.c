@@ -268,13 +268,16 @@ int octo_list_schedule(int S, int M, int D, int split_backward, const int *dev, 
 }
 
 /* A problem's per-layer inputs to `octo_stage_arrays` (built once per problem): the cost table's
- * prefix sums pfiw [L + 1, K, 3] (F, I, W per kind column) and p1 [L + 1, 3] (act, w_act,
- * static bytes), each layer's out bytes, the [D, D] link latency and bandwidth, each device's
- * kind column and memory, and its activation budget (NULL: none). */
+ * prefix sums pfiw [L + 1, K, 4] (F, I, W and the full backward B per kind column) and p1
+ * [L + 1, 3] (act, w_act, static bytes), each layer's out bytes, the [D, D] link latency and
+ * bandwidth, each device's kind column and memory, and its activation budget (NULL: none);
+ * `has_b`: a B costs its own column plus `action_s` (else I + W), the host seconds every
+ * action adds once. */
 typedef struct {
-    int n_devices, n_kinds, contention;
+    int n_devices, n_kinds, contention, has_b;
     const long long *kind_col;
     const double *pfiw, *p1, *out_bytes, *lat, *bw, *memory, *budget;
+    double action_s;
 } Tables;
 
 /* A list-scheduling policy (see octo_list_schedule), `limit` [S]. */
@@ -303,10 +306,11 @@ int octo_stage_arrays(const Tables *t, int S, int split_backward, const int *lay
     for (int d = 0; d < D; d++) cap[d] = 0.0;
     for (int s = 0; s < S; s++) {
         long hi = lo + layout[s];
-        const double *fh = pfiw + (hi * K + t->kind_col[dev[s]]) * 3;
-        const double *fl = pfiw + (lo * K + t->kind_col[dev[s]]) * 3;
+        const double *fh = pfiw + (hi * K + t->kind_col[dev[s]]) * 4;
+        const double *fl = pfiw + (lo * K + t->kind_col[dev[s]]) * 4;
         const double *bh = p1 + hi * 3, *bl = p1 + lo * 3;
-        double f = fh[0] - fl[0], i = fh[1] - fl[1], w = fh[2] - fl[2];
+        double h = t->action_s;
+        double f = (fh[0] - fl[0]) + h, i = (fh[1] - fl[1]) + h, w = (fh[2] - fl[2]) + h;
         double a = bh[0] - bl[0], wa = bh[1] - bl[1], st = bh[2] - bl[2];
         dur[3 * s] = f;
         if (split_backward) {
@@ -314,7 +318,7 @@ int octo_stage_arrays(const Tables *t, int S, int split_backward, const int *lay
             dur[3 * s + 2] = w;
             free_i[s] = a - wa;
         } else {
-            dur[3 * s + 1] = i + w;
+            dur[3 * s + 1] = t->has_b ? (fh[3] - fl[3]) + h : i + w;
             dur[3 * s + 2] = 0.0;
             free_i[s] = a;
         }

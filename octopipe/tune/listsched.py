@@ -174,8 +174,10 @@ def list_makespan(arr: StageArrays, n_microbatches: int, policy: ListPolicy,
 
 class _Tables(ctypes.Structure):
     _fields_ = [("n_devices", ctypes.c_int), ("n_kinds", ctypes.c_int), ("contention", ctypes.c_int),
+                ("has_b", ctypes.c_int),
                 *((name, ctypes.c_void_p) for name in ("kind_col", "pfiw", "p1", "out_bytes", "lat", "bw",
-                                                        "memory", "budget"))]
+                                                        "memory", "budget")),
+                ("action_s", ctypes.c_double)]
 
 
 class _Policy(ctypes.Structure):
@@ -196,15 +198,18 @@ class StageTables:
 
 def stage_tables(kind_col: np.ndarray, prefixes: tuple[np.ndarray, np.ndarray], out_bytes: np.ndarray,
                  links: tuple[np.ndarray, np.ndarray], memory: np.ndarray, budget: np.ndarray | None,
-                 contention: bool) -> StageTables:
+                 contention: bool, backward: tuple[bool, float] = (False, 0.0)) -> StageTables:
     """The tables for `kind_col` [D] (each device's cost-table column), the prefix sums of F, I, W
-    [L + 1, kinds, 3] and of act, w_act and static bytes [L + 1, 3], out bytes [L], link latency
-    and bandwidth [D, D], memory [D] and the activation budget [D] or None."""
+    and B [L + 1, kinds, 4] and of act, w_act and static bytes [L + 1, 3], out bytes [L], link
+    latency and bandwidth [D, D], memory [D] and the activation budget [D] or None; `backward` =
+    (whether a B costs its own column rather than I + W, the host seconds of each action)."""
     arrays = (np.ascontiguousarray(kind_col, dtype=np.int64),
               *(np.ascontiguousarray(a, dtype=np.float64) for a in (*prefixes, out_bytes, *links, memory)))
     if budget is not None:
         arrays += (np.ascontiguousarray(budget, dtype=np.float64),)
-    t = _Tables(len(memory), prefixes[0].shape[1], int(contention), *(a.ctypes.data for a in arrays))
+    pointers = [a.ctypes.data for a in arrays] + [None] * (8 - len(arrays))
+    t = _Tables(len(memory), prefixes[0].shape[1], int(contention), int(backward[0]), *pointers,
+                float(backward[1]))
     return StageTables(len(memory), bool(contention), ctypes.addressof(t), (t, arrays))
 
 

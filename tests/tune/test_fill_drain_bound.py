@@ -28,11 +28,12 @@ from .helpers import free_cluster, simulated_makespans
 from .test_brute_force import _compositions
 
 
-def _costs(f, i, w):
+def _costs(f, i, w, b=None, action_s=0.0):
     f, i, w = (np.asarray(x, float)[:, None] for x in (f, i, w))
     n = len(f)
     return CostTable(tuple(f"l{j}" for j in range(n)), ("dev",), f, i, w, np.ones(n), np.zeros(n),
-                     np.zeros(n), np.zeros(n), tokens_per_microbatch=1)
+                     np.zeros(n), np.zeros(n), tokens_per_microbatch=1,
+                     full_b=None if b is None else np.asarray(b, float)[:, None], action_s=action_s)
 
 
 def _plans(problem, policies):
@@ -68,6 +69,23 @@ def test_no_simulated_plan_beats_the_bound(f, i, w, D, M):
     best = _best_simulated(pb, ALL)
     assert best >= fd.bound_s * (1 - 1e-9)
     assert best <= fd.partition_s * 1.5          # and not far below what the argument allows
+
+
+@pytest.mark.parametrize("f,i,w,b,h,D,M", [
+    ([1.0, 3.0, 1.0, 0.5], [0.0, 3.0, 1.0, 0.5], [0.5, 2.0, 1.0, 3.0], [0.4, 3.0, 1.2, 2.0], 0.0, 2, 3),
+    ([0.5, 0.5, 2.0], [0.5, 0.5, 2.0], [0.5, 0.5, 1.0], [0.6, 0.5, 1.5], 0.1, 3, 2),
+    ([1.0] * 4, [1.0] * 4, [0.5] * 4, [0.9] * 4, 0.2, 2, 2),
+])
+def test_a_full_backward_below_i_plus_w_keeps_every_bound_valid(f, i, w, b, h, D, M):
+    """Where a measured B costs less than I + W (a plan without split backwards then does less
+    work, and gets its input gradients after B), with or without host time per action, no
+    simulated plan of either kind beats any bound."""
+    pb = Problem.build(_costs(f, i, w, b, h), free_cluster(D), D, M)
+    best = _best_simulated(pb, ALL)
+    assert best >= fill_drain(pb).bound_s * (1 - 1e-9)
+    assert best >= device_bound(pb) * (1 - 1e-9)
+    assert best >= layer_bound(pb) * (1 - 1e-9)
+    assert best >= lower_bound(pb.layer_work(), M) * (1 - 1e-9)
 
 
 def test_the_bound_is_above_the_device_bound_where_the_layer_order_matters():

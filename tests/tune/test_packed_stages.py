@@ -17,15 +17,17 @@ needs_c = pytest.mark.skipif(not c_kernel_available(), reason="no C compiler")
 
 def _problem(rng: np.random.Generator) -> Problem:
     """Two device kinds over 1-3 nodes (fast links inside a node, slow ones across), uneven
-    layers, static bytes that sometimes leave a device no room, and an optional budget."""
+    layers, static bytes that sometimes leave a device no room, and an optional budget; in half
+    the cases a measured full backward below I + W, in half a host time per action."""
     D, K = int(rng.integers(1, 7)), 2
     L = int(rng.integers(D, 30))
-    f = rng.random((L, K)) * 1e-2
+    f, i, w = (rng.random((L, K)) * 1e-2 for _ in range(3))
     act = rng.random(L) * 1e9
     static = np.zeros(L) if rng.random() < 0.3 else rng.random(L) * 4e9
-    costs = CostTable(tuple(f"l{j}" for j in range(L)), ("a", "b"), f, rng.random((L, K)) * 1e-2,
-                      rng.random((L, K)) * 1e-2, act, static, rng.random(L) * 1e8, np.zeros(L),
-                      w_act_bytes=act * rng.random(L))
+    full_b = (i + w) * rng.uniform(0.5, 1.0, (L, K)) if rng.random() < 0.5 else None
+    costs = CostTable(tuple(f"l{j}" for j in range(L)), ("a", "b"), f, i, w, act, static, rng.random(L) * 1e8,
+                      np.zeros(L), w_act_bytes=act * rng.random(L), full_b=full_b,
+                      action_s=float(rng.random() * 1e-3) if rng.random() < 0.5 else 0.0)
     kinds = (DeviceKind("a", 1e14, 2e10, 1e12), DeviceKind("b", 3e14, 6e10, 3e12))
     nodes = int(rng.integers(1, 4))
     cl = Cluster("mixed", kinds, tuple(int(x) for x in rng.integers(0, K, D)),
