@@ -229,6 +229,9 @@ class RealCompute:
             self._rerun(stage, mb, sv)
         if not inputs or not sv.out.requires_grad:     # a first stage without parameters (a one-hot)
             return None
+        if self.weights is None:    # autograd adds to each .grad itself: no Python call per parameter
+            torch.autograd.backward(sv.out, self._grad_out(stage, grad), inputs=inputs)
+            return sv.x_in.grad if wants_input else None
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
         self._take(stage, mb, params, grads[1:] if wants_input else grads)
         return grads[0] if wants_input else None
@@ -250,7 +253,9 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             if params:
                 self._rerun(stage, mb, sv)
-            if params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
+            if params and sv.out.requires_grad and self.weights is None:
+                torch.autograd.backward(sv.out, sv.grad_out, inputs=params)
+            elif params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
                 self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
         else:
             stage_backward_weight(self._weight_iter(stage, mb), sv.param_groups)
