@@ -246,6 +246,7 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
         o, t = speed[(name, "ours")], speed[(name, "torch")]
         rows.append({"ranks": world, "schedule": name, "octopipe_tokens_per_s": _median(o),
                      "torch_tokens_per_s": _median(t), "paired_speedup": _median([a / b for a, b in zip(o, t)]),
+                     "partition": [list(r) for r in plans[name].partition.ranges],
                      "placement": list(plans[name].placement), "steps": steps})
         print(f"{world} ranks  train {name:12s} octopipe {_median(o):9,.0f} tok/s   torch runtime "
               f"{_median(t):9,.0f} tok/s   ours/torch = {rows[-1]['paired_speedup']:.2f}x", flush=True)
