@@ -25,6 +25,11 @@ from octopipe.runtime.compute import RealCompute
 from octopipe.runtime.stage import SpecBlocks
 
 MICROBATCHES = 2
+ROUNDS = 5
+PASSES = 2 * (ROUNDS + 1) * MICROBATCHES // 2
+"""The measurement's cost in profiler passes (`train.work.profile_seconds`: about 6 forwards'
+worth each): per block, ROUNDS + 1 iterations of MICROBATCHES forwards and backwards (about 3
+forwards' worth each), split and not."""
 
 
 class FixedBatches:
@@ -63,7 +68,7 @@ def _one_iteration(rc: RealCompute, n: int, split: bool, seen: dict[tuple[int, s
             g = g_in
 
 
-def action_host_seconds(model, costs: CostTable, device: torch.device, batches=None, rounds: int = 5,
+def action_host_seconds(model, costs: CostTable, device: torch.device, batches=None, rounds: int = ROUNDS,
                         seed: int = 0) -> float:
     """Seconds an action of a one-block stage takes in the runtime beyond the block's profiled
     F, I, W or B (`costs`, column 0): the median over blocks and kinds of the median of `rounds`

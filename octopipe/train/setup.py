@@ -30,6 +30,7 @@ from octopipe.model.sharing import tied_tensors, unique_parameters
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.plan import Partition, Plan, plan_model
 from octopipe.plan_io import load_plan, plan_to_doc
+from octopipe.runtime import host_time
 from octopipe.runtime.dispatch import plain
 from octopipe.runtime.host_time import with_host_time
 from octopipe.runtime.job import DataParallel, Job
@@ -224,7 +225,8 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
     cluster = train_cluster(cfg)
     seq, mbs, _ = _shape(blocks)
     cost = profiled_cost(cfg)
-    work.check_profile(name, work.profile_seconds(params, seq * mbs, cost.warmup + cost.repeats, work.cpu_flops()),
+    passes = cost.warmup + cost.repeats + host_time.PASSES      # the blocks timed, then the runtime's host time
+    work.check_profile(name, work.profile_seconds(params, seq * mbs, passes, work.cpu_flops()),
                        cfg.train.max_profile_s, progress)
     costs = costs_for(cfg, blocks, cluster)
     progress(f"planning {name} on {cfg.train.pp} ranks (at most train.tune_s={cfg.train.tune_s:g} s)")
