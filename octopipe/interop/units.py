@@ -101,7 +101,7 @@ class Units:
         return CostTable(names, costs.kinds, sums(costs.f), sums(costs.i), sums(costs.w),
                          sums(costs.act_bytes), sums(costs.static_bytes), costs.out_bytes[hi - 1],
                          sums(costs.params), sums(costs.w_act_bytes), sums(costs.flops),
-                         costs.tokens_per_microbatch)
+                         costs.tokens_per_microbatch, full_b=sums(costs.full_b), action_s=costs.action_s)
 
 
 def _groups(model: ModelSpec) -> tuple[list[int], bool]:

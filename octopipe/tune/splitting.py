@@ -101,7 +101,8 @@ def split_rows(costs: CostTable, counts: Mapping[int, int],
     return CostTable(names, costs.kinds, div(costs.f), div(costs.i), div(costs.w),
                      div(costs.act_bytes), div(costs.static_bytes), out, div(costs.params),
                      w_act_bytes=div(costs.w_act_bytes), flops=div(costs.flops),
-                     tokens_per_microbatch=costs.tokens_per_microbatch)
+                     tokens_per_microbatch=costs.tokens_per_microbatch, full_b=div(costs.full_b),
+                     action_s=costs.action_s)
 
 
 def map_sizes(sizes: Sequence[int], counts: Mapping[int, int]) -> tuple[int, ...]:

@@ -1,6 +1,8 @@
 """The tuner's splitting lever (heavy layers cut into pieces): piece costs, mapped starting points,
 split plans that the simulator and plan files agree on, and a head-bound case that only splitting
 can balance."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -36,6 +38,13 @@ def test_split_rows_divides_evenly_and_carries_between_pieces():
     assert s.layer_names[2:4] == ("l2[0/2]", "l2[1/2]")
     assert s.out_bytes[2] == 2 * c.out_bytes[2] and s.out_bytes[3] == c.out_bytes[2]
     assert map_sizes((3, 3, 3), {8: 4, 2: 2}) == (4, 3, 6)
+
+
+def test_split_rows_keep_a_measured_full_backward_and_the_host_time():
+    c = replace(head_heavy(), full_b=0.6 * (head_heavy().i + head_heavy().w), action_s=2e-4, _prefix={})
+    s = split_rows(c, {8: 4})
+    assert s.b.sum() == pytest.approx(c.b.sum()) and s.b.sum() < (s.i + s.w).sum()
+    assert s.action_s == c.action_s
 
 
 def test_tuner_pieces_a_head_that_bounds_every_whole_layer_plan():
