@@ -23,7 +23,7 @@ class CostTable:
 
     f, i, w: forward, input-gradient and weight-gradient seconds per micro-batch.
     full_b: seconds of a full backward (one autograd pass for both gradients), where measured:
-    on a CPU it is well below i + w, which pay for the split; None means b = i + w.
+    often below i + w, which pay for the split; None means b = i + w.
     action_s: host seconds every compute action (F, I, W or B) of a stage costs beyond its layers'
     seconds (the runtime's own work per action, which layers timed alone do not show); a stage's
     action of any number of layers pays it once.

@@ -43,8 +43,11 @@ class FixedBatches:
 
 
 def _timed(fn, *args) -> tuple[object, float]:
+    """`fn(*args)` and its seconds (a CUDA device's queued kernels included)."""
     t0 = time.perf_counter()
     out = fn(*args)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return out, time.perf_counter() - t0
 
 
