@@ -12,8 +12,11 @@ blocks and action kinds of an action's seconds less its blocks' profiled ones: t
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -93,9 +96,25 @@ def action_host_seconds(model, costs: CostTable, device: torch.device, batches=N
     return max(0.0, float(np.median(excess)))
 
 
+def cache_path(blocks, cost: ProfiledCost) -> Path | None:
+    """Where a preset's host time is kept beside its profiled layers (`cost.cache_dir`), so that a
+    run on cached costs plans as the last one did; a user's blocks are profiled afresh on every
+    run, and so is their host time."""
+    if not cost.cache_dir or not isinstance(blocks, SpecBlocks):
+        return None
+    m = blocks.model
+    text = repr((tuple(replace(layer, name="") for layer in m.layers), m.seq_len, m.micro_batch_size, m.vocab,
+                 cost.device, cost.threads, cost.statistic, torch.__version__, ROUNDS, MICROBATCHES))
+    return Path(cost.cache_dir) / f"host-{hashlib.sha1(text.encode()).hexdigest()[:16]}.json"
+
+
 def with_host_time(costs: CostTable, blocks, cost: ProfiledCost, seed: int = 0) -> CostTable:
     """`costs` (profiled from `blocks`: a preset's `SpecBlocks` or a user's block list) with the
-    runtime's host seconds per action measured here, on `cost`'s device and threads."""
+    runtime's host seconds per action measured here, on `cost`'s device and threads (a preset's
+    read from the cache when measured before: `cache_path`)."""
+    path = cache_path(blocks, cost)
+    if path is not None and path.is_file():
+        return replace(costs, action_s=float(json.loads(path.read_text())["action_s"]), _prefix={})
     device = profile_device(cost)
     model, batches = (blocks.model, None) if isinstance(blocks, SpecBlocks) else \
         (blocks, FixedBatches(token_batch(blocks, device)))
@@ -105,4 +124,7 @@ def with_host_time(costs: CostTable, blocks, cost: ProfiledCost, seed: int = 0) 
         h = action_host_seconds(model, costs, device, batches, seed=seed)
     finally:
         torch.set_num_threads(old)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"action_s": h}))
     return replace(costs, action_s=h, _prefix={})

@@ -69,3 +69,21 @@ def test_the_profile_times_a_full_backward_per_block(case):
     _, _, costs = case
     assert costs.full_b is not None and (costs.b > 0).all()
     assert not np.array_equal(costs.b, costs.i + costs.w)     # measured, not I + W
+
+
+def test_a_presets_host_time_is_cached_beside_its_profile(tmp_path, monkeypatch):
+    """Cached costs plan as the last run did: the second call reads the figure the first wrote;
+    a user's blocks (profiled afresh every run) are measured afresh too."""
+    from octopipe.cost.table import CostTable
+    from octopipe.runtime.stage import SpecBlocks
+    from tests.runtime import tiny
+    calls = []
+    monkeypatch.setattr(host_time, "action_host_seconds", lambda *a, **k: calls.append(1) or 2e-4 * len(calls))
+    cost = ProfiledCost(device="cpu", cache_dir=str(tmp_path))
+    spec = SpecBlocks(tiny.dense())
+    costs = CostTable.uniform(spec.model.n_layers)
+    assert with_host_time(costs, spec, cost).action_s == 2e-4
+    assert with_host_time(costs, spec, cost).action_s == 2e-4 and len(calls) == 1
+    assert host_time.cache_path(spec, replace(cost, threads=2)) != host_time.cache_path(spec, cost)
+    blocks = check_blocks(UserBlocks(EXAMPLE_FACTORY, 32, 2, 128))
+    assert host_time.cache_path(blocks, cost) is None
