@@ -113,7 +113,8 @@ def _key(model: ModelSpec, index: int, device: str, threads: int, statistic: str
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def _device(name: str) -> torch.device:
+def profile_device(name: str) -> torch.device:
+    """The device `cost.device` names (auto: CUDA where there is one)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -158,7 +159,7 @@ def profiled_costs(cost: ProfiledCost, model: ModelSpec, cluster: Cluster) -> Co
         raise ConfigError(f"cost.tp={cost.tp} with cost=profiled: the profiled F/I/W time whole layers, neither "
                           "split by TP nor with the TP collectives; use cost=analytic for cost.tp > 1, or cost.tp=1")
     cache = cost.cache_dir
-    times = time_layers(model, _device(cost.device), cost.repeats, cost.warmup, cost.threads,
+    times = time_layers(model, profile_device(cost.device), cost.repeats, cost.warmup, cost.threads,
                         Path(cache) if cache else None, cost.statistic)
     base = analytic_costs(cost, model, cluster)
     k = len(base.kinds)
@@ -195,11 +196,6 @@ def token_batch(blocks, device: torch.device) -> dict[str, torch.Tensor]:
     return {"ids": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
 
 
-def profile_device(cost: ProfiledCost) -> torch.device:
-    """The device `cost.device` names (auto: CUDA where there is one)."""
-    return _device(cost.device)
-
-
 def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
     """The CostTable of a block list (a user's factory, `octopipe.model.user_module`) measured
     here: F, I, W seconds, the bytes autograd keeps per micro-batch, parameter + gradient +
@@ -207,7 +203,7 @@ def profile_blocks(blocks, cost: ProfiledCost, cluster: Cluster) -> CostTable:
     its parameters; one column per device kind of `cluster` (the same times in each).
 
     Each block runs on its predecessor's real output of one micro-batch of random tokens."""
-    device = _device(cost.device)
+    device = profile_device(cost.device)
     old = torch.get_num_threads()
     torch.set_num_threads(cost.threads)
     batch = token_batch(blocks, device)

@@ -46,7 +46,7 @@ class StageCosts:
         lo, hi = part.bounds[:-1], part.bounds[1:]
         h = costs.action_s
         f, i, w = (costs.range_sums(n, lo, hi, col) + h for n in "fiw")
-        b = i + w if costs.full_b is None and h == 0.0 else costs.range_sums("b", lo, hi, col) + h
+        b = costs.range_sums("b", lo, hi, col) + h if costs.own_b else i + w
         return cls(part, dev, col, f, i, w, costs.range_sums("work", lo, hi, col) + 3.0 * h, b,
                    costs.range_sums("act_bytes", lo, hi), costs.range_sums("w_act_bytes", lo, hi),
                    costs.range_sums("static_bytes", lo, hi), costs.out_bytes[hi - 1])

@@ -82,6 +82,12 @@ class CostTable:
         return self.i + self.w if self.full_b is None else self.full_b
 
     @property
+    def own_b(self) -> bool:
+        """Whether a full backward is priced on its own (a measured B, or a host time per action
+        that a B pays once) rather than as I + W to the bit."""
+        return self.full_b is not None or self.action_s != 0.0
+
+    @property
     def work(self) -> np.ndarray:
         """[layer, kind] F + I + W seconds (what a stage's load adds up)."""
         return self.f + self.i + self.w

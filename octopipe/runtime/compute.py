@@ -205,21 +205,6 @@ class RealCompute:
             return iter(self.weights.params(stage, mb))
         return self.module(stage, mb).parameters()
 
-    def _take(self, stage: int, mb: int, params, grads) -> None:
-        if self.weights is not None:
-            self.weights.backward_done(stage, mb, grads)
-        else:
-            self._accumulate(params, grads)
-
-    @staticmethod
-    def _accumulate(params, grads) -> None:
-        for p, g in zip(params, grads):
-            if g is not None:
-                if p.grad is None:
-                    p.grad = g
-                else:
-                    p.grad.add_(g)
-
     def backward(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         sv = self.saved.pop((stage, mb))
         params = self._params(stage, mb)
@@ -233,7 +218,7 @@ class RealCompute:
             torch.autograd.backward(sv.out, self._grad_out(stage, grad), inputs=inputs)
             return sv.x_in.grad if wants_input else None
         grads = torch.autograd.grad(sv.out, inputs, self._grad_out(stage, grad), allow_unused=True)
-        self._take(stage, mb, params, grads[1:] if wants_input else grads)
+        self.weights.backward_done(stage, mb, grads[1:] if wants_input else grads)
         return grads[0] if wants_input else None
 
     def backward_input(self, stage: int, mb: int, grad: torch.Tensor | None) -> torch.Tensor | None:
@@ -253,10 +238,12 @@ class RealCompute:
         if sv.x_in is None or not sv.x_in.requires_grad:
             if params:
                 self._rerun(stage, mb, sv)
-            if params and sv.out.requires_grad and self.weights is None:
-                torch.autograd.backward(sv.out, sv.grad_out, inputs=params)
-            elif params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
-                self._take(stage, mb, params, torch.autograd.grad(sv.out, params, sv.grad_out, allow_unused=True))
+            if params and sv.out.requires_grad:     # else a first stage without parameters: nothing to learn
+                if self.weights is None:
+                    torch.autograd.backward(sv.out, sv.grad_out, inputs=params)
+                else:
+                    self.weights.backward_done(stage, mb, torch.autograd.grad(sv.out, params, sv.grad_out,
+                                                                              allow_unused=True))
         else:
             stage_backward_weight(self._weight_iter(stage, mb), sv.param_groups)
             if self.weights is not None:

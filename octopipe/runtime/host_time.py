@@ -29,10 +29,10 @@ from octopipe.runtime.stage import SpecBlocks
 
 MICROBATCHES = 2
 ROUNDS = 5
-PASSES = 2 * (ROUNDS + 1) * MICROBATCHES // 2
+PASSES = (ROUNDS + 1) * MICROBATCHES
 """The measurement's cost in profiler passes (`train.work.profile_seconds`: about 6 forwards'
 worth each): per block, ROUNDS + 1 iterations of MICROBATCHES forwards and backwards (about 3
-forwards' worth each), split and not."""
+forwards' worth each), once split and once not."""
 
 
 class FixedBatches:
@@ -115,7 +115,7 @@ def with_host_time(costs: CostTable, blocks, cost: ProfiledCost, seed: int = 0) 
     path = cache_path(blocks, cost)
     if path is not None and path.is_file():
         return replace(costs, action_s=float(json.loads(path.read_text())["action_s"]), _prefix={})
-    device = profile_device(cost)
+    device = profile_device(cost.device)
     model, batches = (blocks.model, None) if isinstance(blocks, SpecBlocks) else \
         (blocks, FixedBatches(token_batch(blocks, device)))
     old = torch.get_num_threads()

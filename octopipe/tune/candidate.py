@@ -270,10 +270,8 @@ class Problem:
         return arr
 
     def _backward(self) -> tuple[bool, float]:
-        """(whether a full backward costs its own column rather than I + W, the host seconds each
-        action adds): as `StageCosts.bind`."""
-        c = self.costs
-        return c.full_b is not None or c.action_s != 0.0, float(c.action_s)
+        """(`CostTable.own_b`, the host seconds each action adds): as `StageCosts.bind`."""
+        return self.costs.own_b, float(self.costs.action_s)
 
     def _prefixes(self) -> tuple[np.ndarray, np.ndarray]:
         """The cost table's prefix sums stacked: [L + 1, kinds, 4] of F, I, W, B and [L + 1, 3] of

@@ -10,12 +10,15 @@ import torch
 from octopipe.cluster import Link
 from octopipe.config.cost import ProfiledCost
 from octopipe.cost.profiled import profile_blocks, token_batch
+from octopipe.cost.table import CostTable
 from octopipe.model.user_module import UserBlocks, check_blocks
 from octopipe.runtime import host_time
 from octopipe.runtime.compute import RealCompute
 from octopipe.runtime.host_time import FixedBatches, action_host_seconds, with_host_time
 from octopipe.runtime.machine import local_cluster
+from octopipe.runtime.stage import SpecBlocks
 from octopipe.train.setup import EXAMPLE_FACTORY
+from tests.runtime import tiny
 
 CPU = torch.device("cpu")
 
@@ -74,9 +77,6 @@ def test_the_profile_times_a_full_backward_per_block(case):
 def test_a_presets_host_time_is_cached_beside_its_profile(tmp_path, monkeypatch):
     """Cached costs plan as the last run did: the second call reads the figure the first wrote;
     a user's blocks (profiled afresh every run) are measured afresh too."""
-    from octopipe.cost.table import CostTable
-    from octopipe.runtime.stage import SpecBlocks
-    from tests.runtime import tiny
     calls = []
     monkeypatch.setattr(host_time, "action_host_seconds", lambda *a, **k: calls.append(1) or 2e-4 * len(calls))
     cost = ProfiledCost(device="cpu", cache_dir=str(tmp_path))
