@@ -16,7 +16,10 @@ tuner's plan on the profiled blocks) by our runtime and by torch's `_PipelineSch
 running our schedule.csv (`octopipe.train.torch_runtime`), tokens/s as the median step after
 the first; the losses of both are checked equal. The tuner plans on the blocks' profiled costs
 with the runtime's host time per action (`runtime.host_time`), as `mode=train` does; a last row
-sets the tuned plan on our runtime against torch's fastest schedule on its own.
+sets the tuned plan on our runtime against torch's fastest schedule on its own. Each row also
+gives a ceiling: torch's step against our busiest rank's compute (its actions' spans) stretched by
+the plan's own bubble (`work_share`), the ratio an executor of the same actions with no overhead
+between them would reach.
 """
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from octopipe.cluster import Cluster
 from octopipe.config.cost import ProfiledCost
 from octopipe.config.runtime import RuntimeConfig
 from octopipe.cost.profiled import profile_blocks, profiled_costs
+from octopipe.cost.table import CostTable
 from octopipe.io import CONF_DIR, write_json
 from octopipe.layers.batch import microbatch
 from octopipe.model.build import build_model
@@ -52,6 +57,7 @@ from octopipe.runtime.machine import local_cluster, measure_loopback
 from octopipe.runtime.stage import StageModule
 from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
+from octopipe.sim.simulator import simulate
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
@@ -206,12 +212,27 @@ def compare_at(model: ModelSpec, world: int, m: int, config: RuntimeConfig, roun
     return rows
 
 
+def busiest_rank_s(record: dict) -> float:
+    """A training step's seconds of compute on its busiest rank (its actions' spans: the step less
+    that rank's idle share), the least any executor of the same actions could take for it."""
+    return (1.0 - min(record["idle_share"])) * record["step_s"]
+
+
+def work_share(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
+    """The share of a simulated iteration of `plan` its busiest device computes: what is left
+    is the plan's own bubble, which no executor of the plan can fill."""
+    sim = simulate(plan, costs, cluster)
+    return float(np.max(sim.busy) / sim.makespan)
+
+
 def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: OptimSettings, steps: int,
-                   dispatch: str) -> tuple[list[float], float]:
+                   dispatch: str) -> tuple[list[float], float, float]:
+    """Losses, median tokens/s and median busiest-rank seconds of the steps after the first."""
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(plan, blocks, RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300), data=data)
         run = launch_training(job, TrainSpec(optim, steps), tmp)
-    return run.losses, _median([r["tokens_per_s"] for r in run.records[1:]])
+    rest = run.records[1:]
+    return run.losses, _median([r["tokens_per_s"] for r in rest]), _median([busiest_rank_s(r) for r in rest])
 
 
 def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
@@ -225,31 +246,35 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
     for name, _ in PAIRS:
         table = build_schedule(name, world, m)
         plans[name] = Plan(Partition.uniform(blocks.n_blocks, table.n_stages), table, "tiny_gpt")
+    cluster = local_cluster(world, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
+    cost = ProfiledCost(device="cpu", cache_dir="")
+    costs = with_host_time(profile_blocks(blocks, cost, cluster), blocks, cost)
     if tune_budget_s > 0:
-        cluster = local_cluster(world, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
-        cost = ProfiledCost(device="cpu", cache_dir="")
-        costs = with_host_time(profile_blocks(blocks, cost, cluster), blocks, cost)
         plans["octopipe"] = tune(costs, cluster, world, m, TuneOptions({"time_budget_s": tune_budget_s},
                                                                        model="tiny_gpt")).plan
     speed: dict[tuple[str, str], list[float]] = {}
     for r in range(rounds):
         names = list(plans)
         for name in names[r % len(names):] + names[:r % len(names)]:
-            ours_losses, ours = _ours_training(blocks, plans[name], data, optim, steps, dispatch)
+            ours_losses, ours, busy = _ours_training(blocks, plans[name], data, optim, steps, dispatch)
             theirs_run = train_with_torch(blocks, plans[name], data, optim, steps)
             if max(abs(a - b) / b for a, b in zip(ours_losses, theirs_run.losses)) > 1e-5:
                 raise RuntimeError(f"{name}: our losses and torch's differ")
             speed.setdefault((name, "ours"), []).append(ours)
             speed.setdefault((name, "torch"), []).append(_median([x["tokens_per_s"] for x in theirs_run.records[1:]]))
+            torch_step = _median([x["step_s"] for x in theirs_run.records[1:]])
+            speed.setdefault((name, "ceiling"), []).append(torch_step * work_share(plans[name], costs, cluster) / busy)
     rows = []
     for name in plans:
         o, t = speed[(name, "ours")], speed[(name, "torch")]
         rows.append({"ranks": world, "schedule": name, "octopipe_tokens_per_s": _median(o),
                      "torch_tokens_per_s": _median(t), "paired_speedup": _median([a / b for a, b in zip(o, t)]),
+                     "ceiling": _median(speed[(name, "ceiling")]),
                      "partition": [list(r) for r in plans[name].partition.ranges],
                      "placement": list(plans[name].placement), "steps": steps})
         print(f"{world} ranks  train {name:12s} octopipe {_median(o):9,.0f} tok/s   torch runtime "
-              f"{_median(t):9,.0f} tok/s   ours/torch = {rows[-1]['paired_speedup']:.2f}x", flush=True)
+              f"{_median(t):9,.0f} tok/s   ours/torch = {rows[-1]['paired_speedup']:.2f}x "
+              f"(ceiling {rows[-1]['ceiling']:.2f}x)", flush=True)
     if "octopipe" in plans:         # what a user gains: the tuned plan here against torch's best schedule there
         best = max((n for n, _ in PAIRS), key=lambda n: _median(speed[(n, "torch")]))
         o, t = speed[("octopipe", "ours")], speed[(best, "torch")]
