@@ -42,7 +42,7 @@ from octopipe.runtime.dispatch import check_arbitration, plain, variability_of
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import ExecutionResult, execute
 from octopipe.runtime.machine import local_cluster, measure_loopback
-from octopipe.runtime.pinning import available_cores, can_pin, core_ids, pin_map
+from octopipe.runtime.pinning import available_cores, rank_cores
 from octopipe.runtime.tensor_parallel import agreement_cost
 from octopipe.runtime.trace import measured_trace
 from octopipe.runtime.transport import choose_transport
@@ -68,17 +68,6 @@ def rank_links(config: RuntimeConfig) -> dict[str, str]:
     one on the CPU; gloo with device=cuda lets several ranks share a GPU)."""
     transport, device = choose_transport(config.backend, config.transport, config.device)
     return {"backend": config.backend, "transport": transport, "device": device}
-
-
-def rank_cores(config: RuntimeConfig, n: int) -> tuple[int, ...] | None:
-    """Each rank's core under `runtime.pin` (auto | true | false), or None when ranks are not
-    pinned; emulated compute never pins (its ranks sleep)."""
-    if config.pin == "true" and not can_pin():
-        raise ConfigError("runtime.pin=true: this platform cannot pin a process to a core "
-                          "(no os.sched_setaffinity); use runtime.pin=auto or false")
-    if config.pin == "false" or config.compute != "real" or not can_pin():
-        return None
-    return pin_map(n, core_ids())
 
 
 def model_preset(name: str) -> ModelSpec:

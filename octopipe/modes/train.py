@@ -139,14 +139,15 @@ def run(inputs: Inputs) -> Result:
         summary["layout"] = layout_summary(chosen, scaled)
     if spec.stream is None:
         cluster = train_cluster(cfg)
-        summary.update(step_prediction(s, layout, result, cluster, t.dispatch))
+        summary.update(step_prediction(s, layout, result, cluster, t.dispatch, job.pinned))
         summary.update(memory_figures(s, layout, result, cluster))
         waits = [e["dp_wait_s"] for ev in result.events for e in ev if "dp_wait_s" in e]
         if waits:       # the last step's wait for the gradient sync after the row: what it did not overlap
             summary["dp_sync_exposed_s"] = max(waits)
         report.append(f"pipeline iteration: {summary['measured_iteration_s']:.3f} s measured (median; the step "
                       f"with AdamW {summary['measured_step_s']:.3f} s), {summary['predicted_iteration_s']:.3f} s "
-                      f"simulated ({layout.world} ranks sharing {summary['cores']} cores)")
+                      f"simulated ({layout.world} ranks sharing {summary['cores']} cores; "
+                      f"{'pinned to cores ' + str(list(job.pinned)) if job.pinned else 'not pinned'})")
     if t.check_reference and spec.stream is not None:
         inputs.progress("replaying the asynchronous streams in one process")
         ref = replay_training(s.blocks, s.plan.partition.ranges, [*streams_before(cfg, s), spec.stream], s.batches,

@@ -35,6 +35,7 @@ from octopipe.runtime.dispatch import plain
 from octopipe.runtime.host_time import with_host_time
 from octopipe.runtime.job import DataParallel, Job
 from octopipe.runtime.machine import local_cluster, measure_loopback
+from octopipe.runtime.pinning import rank_cores
 from octopipe.runtime.stage import SpecBlocks
 from octopipe.schedule.library import build_schedule
 from octopipe.train import checkpoint, work
@@ -334,7 +335,10 @@ def train_job(cfg: Config, s: Setup, start: int = 0, init_method: str = "",
         weights = WeightStash(sched, s.optim.lr)
         batches = StreamBatches(s.batches, stream.microbatches, start)
     layers = s.blocks.model if layout.tp > 1 and isinstance(s.blocks, SpecBlocks) else s.blocks
-    job = Job(plan, layers, runtime, cfg.seed, weights=weights, data=batches,
+    # a local launch pins its ranks as mode=execute does (runtime.pin); torchrun's ranks stay where
+    # torchrun put them
+    pinned = None if init_method else rank_cores(runtime, plan.table.n_devices * layout.dp * layout.tp)
+    job = Job(plan, layers, runtime, cfg.seed, weights=weights, data=batches, pinned=pinned,
               autocast="bfloat16" if t.precision == "bf16" else "", init_method=init_method,
               timeout_name="train.timeout_s", data_parallel=DataParallel(layout.dp, layout.zero),
               recompute=recompute_stages(t.recompute, plan.table.n_stages, planned, t.layout))

@@ -42,10 +42,10 @@ def figures(run: TrainRun, steps: int, start: int) -> dict:
             "checkpoint": run.checkpoint or None}
 
 
-def step_prediction(s, layout, run: TrainRun, cluster, dispatch: str) -> dict:
+def step_prediction(s, layout, run: TrainRun, cluster, dispatch: str, pinned: tuple[int, ...] | None) -> dict:
     """The simulator's iteration time for the run (`work.predicted_step`) beside the measured one
     (median over the steps after the first of the pipeline iteration, first rank in to last rank
-    out; a step adds the optimizer and the health checks to it)."""
+    out; a step adds the optimizer and the health checks to it); `pinned`: each rank's core."""
     recs = run.records
     steps = [r["step_s"] for r in recs[1:]] or [r["step_s"] for r in recs]
     walls = [r["iteration_s"] for r in recs[1:] if "iteration_s" in r] or \
@@ -56,7 +56,7 @@ def step_prediction(s, layout, run: TrainRun, cluster, dispatch: str) -> dict:
     return {"measured_step_s": float(np.median(steps)) if steps else float("nan"),
             "measured_iteration_s": iteration, "predicted_iteration_s": predicted,
             "prediction_rel_err": abs(predicted - iteration) / iteration if iteration > 0 else None,
-            "cores": cores}
+            "cores": cores, "pinned": list(pinned) if pinned else None}
 
 
 def memory_figures(s, layout, run: TrainRun, cluster) -> dict:

@@ -11,6 +11,7 @@ and ready-first dispatch (torch runs each row in order).
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -61,8 +62,10 @@ def check_torch_plan(blocks, plan: Plan) -> None:
 
 
 def _rank(rank: int, payload: tuple, control) -> None:
-    blocks, plan, data, optim, steps, csv_path, port, out, seed = payload
+    blocks, plan, data, optim, steps, csv_path, port, out, seed, cores = payload
     torch.set_num_threads(1)
+    if cores:
+        os.sched_setaffinity(0, {cores[rank]})
     table = plan.table
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=table.n_devices)
     held = list(table.stages_of(rank))
@@ -100,15 +103,16 @@ def _rank(rank: int, payload: tuple, control) -> None:
 
 
 def train_with_torch(blocks: UserBlocks, plan: Plan, data, optim: OptimSettings, steps: int,
-                     seed: int = 0, timeout_s: float = 600.0) -> TrainRun:
-    """`steps` training steps of `plan` on torch's runtime, one local gloo process per rank;
-    records carry each step's wall seconds (the whole step as our loop times it: batches,
-    zero_grad, barrier, schedule, optimizer step; rank 0)."""
+                     seed: int = 0, timeout_s: float = 600.0, cores: tuple[int, ...] | None = None) -> TrainRun:
+    """`steps` training steps of `plan` on torch's runtime, one local gloo process per rank
+    (rank r pinned to `cores[r]` when given; torch's launchers leave ranks to the OS); records
+    carry each step's wall seconds (the whole step as our loop times it: batches, zero_grad,
+    barrier, schedule, optimizer step; rank 0)."""
     check_torch_plan(blocks, plan)
     with tempfile.TemporaryDirectory(prefix="octopipe-torch-") as tmp:
         csv_path = str(Path(tmp) / "schedule.csv")
         write_csv(plan.table.compact().compute_only(), csv_path, "compute_only")
-        payload = (blocks, plan, data, optim, steps, csv_path, free_port(), tmp, seed)
+        payload = (blocks, plan, data, optim, steps, csv_path, free_port(), tmp, seed, cores)
         run_ranks(_rank, payload, plan.table, timeout_s, timeout_s)
         docs = [torch.load(Path(tmp) / f"torch{r}.pt", weights_only=False) for r in range(plan.table.n_devices)]
     params: dict[str, torch.Tensor] = {}

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from octopipe.runtime.pinning import can_pin, core_ids, pin_map
 from octopipe.runtime.tensor_parallel import free_port
 from tests.reliability.cli import run_in_process
 from tests.train.helpers import ROOT
@@ -28,6 +29,7 @@ def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys,
     assert s["reference_max_rel_err"] <= 1e-5 and s["plan"] == "octopipe"
     assert s["checkpoint"].endswith("step_000006")
     assert len(s["memory_measured_bytes"]) == len(s["memory_simulated_bytes"]) and s["memory_max_rel_err"] >= 0
+    assert s["pinned"] == (list(pin_map(s["world"], core_ids())) if can_pin() else None)    # as mode=execute
     assert (tmp_path / "ckpt" / "step_000003" / "plan.json").is_file()
     assert len((out / "loss.csv").read_text().splitlines()) == 7
     assert {"loss.png", "plan.json", "schedule.csv"} <= {p.name for p in out.iterdir()}

@@ -54,6 +54,7 @@ from octopipe.runtime.host_time import with_host_time
 from octopipe.runtime.job import Job
 from octopipe.runtime.launch import execute, free_port, process_context
 from octopipe.runtime.machine import local_cluster, measure_loopback
+from octopipe.runtime.pinning import rank_cores
 from octopipe.runtime.stage import StageModule
 from octopipe.runtime.worker import keep_heap
 from octopipe.schedule.library import build_schedule
@@ -228,17 +229,19 @@ def work_share(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
 def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: OptimSettings, steps: int,
                    dispatch: str) -> tuple[list[float], float, float]:
     """Losses, median tokens/s and median busiest-rank seconds of the steps after the first."""
-    with tempfile.TemporaryDirectory() as tmp:
-        job = Job(plan, blocks, RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300), data=data)
+    config = RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300)
+    with tempfile.TemporaryDirectory() as tmp:       # ranks pinned as mode=train pins them (runtime.pin)
+        job = Job(plan, blocks, config, data=data, pinned=rank_cores(config, plan.table.n_devices))
         run = launch_training(job, TrainSpec(optim, steps), tmp)
     rest = run.records[1:]
     return run.losses, _median([r["tokens_per_s"] for r in rest]), _median([busiest_rank_s(r) for r in rest])
 
 
 def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
-                     tune_budget_s: float) -> list[dict]:
+                     tune_budget_s: float, torch_pin: bool) -> list[dict]:
     """Tokens/s of training steps, ours and torch's runtime, on the same plans (see the module
-    docstring); per-round ratios are paired as in `compare_at`."""
+    docstring); per-round ratios are paired as in `compare_at`. `torch_pin`: torch's ranks pinned
+    to the cores ours are (compares the executors alone)."""
     blocks = check_blocks(UserBlocks(EXAMPLE_FACTORY, 64, 4, 256))
     data = TokenBatches(load_corpus(""), blocks.seq_len, blocks.micro_batch_size, seed=0)
     optim = OptimSettings(total_steps=steps)
@@ -257,7 +260,8 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
         names = list(plans)
         for name in names[r % len(names):] + names[:r % len(names)]:
             ours_losses, ours, busy = _ours_training(blocks, plans[name], data, optim, steps, dispatch)
-            theirs_run = train_with_torch(blocks, plans[name], data, optim, steps)
+            cores = rank_cores(RuntimeConfig(), world) if torch_pin else None
+            theirs_run = train_with_torch(blocks, plans[name], data, optim, steps, cores=cores)
             if max(abs(a - b) / b for a, b in zip(ours_losses, theirs_run.losses)) > 1e-5:
                 raise RuntimeError(f"{name}: our losses and torch's differ")
             speed.setdefault((name, "ours"), []).append(ours)
@@ -298,6 +302,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--torch-keep-heap", action="store_true",
                     help="give torch's ranks the heap setting ours use (worker.keep_heap), to compare the "
                          "executors alone")
+    ap.add_argument("--torch-pin", action="store_true",
+                    help="--train: pin torch's ranks to the cores ours are pinned to (our runtime pins, "
+                         "runtime.pin=auto; torch's launchers do not), to compare the executors alone")
     ap.add_argument("--out", default="runs/bench")
     ap.add_argument("--train", type=int, default=0, metavar="STEPS",
                     help="compare training steps of the example GPT instead (our runtime vs torch's)")
@@ -305,9 +312,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.train:
         rows = [row for world in args.ranks for row in
                 compare_training(world, args.microbatches, args.train, args.rounds, args.dispatch,
-                                 args.tune_budget_s)]
+                                 args.tune_budget_s, args.torch_pin)]
         doc = {"model": EXAMPLE_FACTORY, "microbatches": args.microbatches, "dispatch": args.dispatch,
-               "backend": "gloo", "cores": os.cpu_count(), "rows": rows}
+               "backend": "gloo", "cores": os.cpu_count(), "torch_pin": args.torch_pin, "rows": rows}
         Path(args.out).mkdir(parents=True, exist_ok=True)
         write_json(Path(args.out) / "train_peer.json", doc)
         return doc
