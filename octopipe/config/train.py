@@ -49,6 +49,10 @@ class TrainConfig:
     plan: Literal["tuned", "schedule"] = setting(
         "tuned", "tuned: the tuner's plan on the profiled blocks | schedule: schedule=<name> "
                  "on an even partition")
+    trial_steps: int = setting(
+        4, "train.plan=tuned: before the run, train the tuner's plan and the fastest named schedule it "
+           "simulated for this many steps each (after one to warm up; the run's ranks, pinning and "
+           "dispatch) and train the one measured faster; 0: the tuner's plan as it is", ge=0)
     model: str = setting(
         "auto", "auto: the model group's if it has at most runtime.max_params parameters, else "
                 "the example factory examples/tiny_gpt.py:build | a preset name forces one")

@@ -3,7 +3,8 @@
 The model is a user's factory (`model=module model.factory=PKG.MOD:FUNC`) or a preset's layers
 (above runtime.max_params parameters, `train.model=auto` trains the example factory instead);
 its blocks are profiled here and planned by the tuner (`train.plan=tuned`, the default) or laid
-out as schedule=<name> (`train.plan=schedule`), then trained for `train.steps` AdamW steps of
+out as schedule=<name> (`train.plan=schedule`; a short measured trial settles between the
+tuner's plan and the fastest named schedule: `train.trial_steps`), then trained for `train.steps` AdamW steps of
 `train.microbatches` micro-batches on `train.pp` ranks. `train.check_reference` also trains the
 single-process reference and reports the largest relative loss and weight difference.
 
@@ -50,6 +51,7 @@ from octopipe.train.summary import (
     step_prediction,
 )
 from octopipe.train.tensorboard import ScalarLog
+from octopipe.train.trial import TrialOutcome, run_trial
 
 
 def _notes(s: Setup, meta: dict, start: int, claim: Claim | None, ties: list[dict]) -> list:
@@ -83,15 +85,27 @@ def _stream_record(st, report: list) -> dict:
             "updates_per_stage": st.length // st.window, "flushes": 0, "versions_held": held}
 
 
+def _trial(cfg, s: Setup, progress) -> tuple[Setup, TrialOutcome | None]:
+    """The plan trial (`train.trial_steps`) where the setup found candidates: the run's Setup on the winner."""
+    if not s.candidates:
+        return s, None
+    _, spec = train_job(cfg, s)
+    outcome = run_trial(s.candidates, lambda plan: train_job(cfg, replace(s, plan=plan))[0], spec,
+                        cfg.train.trial_steps, progress)
+    return replace(s, plan=s.candidates[outcome.chosen][1]), outcome
+
+
 def run(inputs: Inputs) -> Result:
     cfg, chosen, scaled = apply_layout(inputs.config)
     t = cfg.train
-    s = setup(cfg, inputs.progress)
+    s, trial = _trial(cfg, setup(cfg, inputs.progress), inputs.progress)
     meta = fingerprints(s, cfg.seed)
     start = start_step(cfg, s, meta)
     claim = checkpoints_for(cfg, start, inputs.run_dir)
     ties = shared_parameters(s, cfg.seed)
     report = _notes(s, meta, start, claim, ties)
+    if trial is not None:
+        report.append(trial.line())
     if chosen is not None:
         report.insert(0, f"layout {chosen.source}: tp {chosen.tp} x pp {chosen.pp} x dp {chosen.dp}, micro-batch "
                          f"{chosen.micro_batch_size} x {chosen.microbatches}, recompute {list(chosen.recompute)}"
@@ -132,6 +146,8 @@ def run(inputs: Inputs) -> Result:
                "world": layout.world, "microbatches": m, "global_microbatches": m * layout.dp,
                "precision": t.precision, "plan": s.plan.table.name, "params_total": n_params,
                **figures(result, t.steps, start), **summary_ties}
+    if trial is not None:
+        summary["plan_trial"] = trial.record()
     if spec.stream is not None:
         summary["asynchronous"] = _stream_record(spec.stream, report)
     summary["model_flops_per_s"] = 6.0 * n_params * summary["tokens_per_s"]    # 6 N per token

@@ -50,8 +50,10 @@ from octopipe.train.recompute import check_recompute, recompute_stages
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
+from octopipe.train.trial import same_plan
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import model_splitter
+from octopipe.tune.tune_result import TuneResult
 
 EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
 HF_FACTORY = "octopipe.model.hf:build"
@@ -72,6 +74,7 @@ class Setup:
     optim: OptimSettings
     note: str = ""
     resumed: dict = field(default_factory=dict)     # the verified metadata of train.resume's checkpoint
+    candidates: tuple = ()      # (name, plan, simulated s): the tuner's plan and the fastest named schedule
 
 
 def _user_blocks(cfg: Config, factory: str, seq_len: int, mbs: int, vocab: int) -> UserBlocks:
@@ -144,27 +147,28 @@ def costs_for(cfg: Config, blocks, cluster: Cluster) -> CostTable:
     return charge_ties(costs, ties, cluster, cfg.train.microbatches)
 
 
-def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> Plan:
+def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str) -> tuple[Plan, tuple]:
     """The tuner's plan (train.plan=tuned; a resumed run's: the checkpoint's plan.json),
-    schedule=<name> on an even partition, or train.layout's plan."""
+    schedule=<name> on an even partition, or train.layout's plan; and the candidates of a plan
+    trial (`train.trial_steps`), or () where none applies."""
     t = cfg.train
     if t.layout:        # mode=layout's plan, as it chose it (its layers are the scaled model's)
-        return read_layout(t.layout).plan
+        return read_layout(t.layout).plan, ()
     if rule_of(cfg) is not None:     # asynchronous: its stream table on an even partition
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
-                    {"source": "mode=train", "asynchronous": rule_of(cfg).value})
+                    {"source": "mode=train", "asynchronous": rule_of(cfg).value}), ()
     if t.resume and t.plan == "tuned":
         path = Path(t.resume) / "plan.json"
         if not path.is_file():
             raise ConfigError(f"train.resume={t.resume}: no plan.json there; not a checkpoint of mode=train")
         before = load_plan(path)
         if (before.table.n_devices, before.table.n_microbatches) == (t.pp, t.microbatches):
-            return before        # the same shape continues on the same plan, bit for bit
+            return before, ()        # the same shape continues on the same plan, bit for bit
     if t.plan == "schedule":
         table = build_schedule(cfg.schedule.name, t.pp, t.microbatches, cfg.chunks)
         return Plan(Partition.uniform(costs.n_layers, table.n_stages), table, name, cluster.name,
-                    {"source": "mode=train"})
+                    {"source": "mode=train"}), ()
     splitter = None
     if isinstance(blocks, SpecBlocks):
         cost = profiled_cost(cfg)
@@ -172,7 +176,20 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
     res = tune(costs, cluster, t.pp, t.microbatches, TuneOptions(
         replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
         splitter=splitter))
-    return res.plan
+    return res.plan, trial_candidates(res, t.trial_steps)
+
+
+def trial_candidates(res: TuneResult, trial_steps: int) -> tuple:
+    """The tuner's plan and the fastest feasible named schedule it simulated, each with its
+    simulated iteration, when `trial_steps` > 0 and they differ (a plan with split layers is
+    kept as it is: its layers are not the named schedule's)."""
+    feasible = [b for b in res.baselines if b.feasible and b.plan is not None]
+    if trial_steps <= 0 or not feasible or res.plan.pieces:
+        return ()
+    best = min(feasible, key=lambda b: b.makespan_s)
+    if same_plan(best.plan, res.plan):
+        return ()
+    return (res.plan.table.name, res.plan, res.makespan_s), (best.name, best.plan, best.makespan_s)
 
 
 def check_resume_tensors(path: str, blocks, seed: int) -> None:
@@ -231,7 +248,7 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
                        cfg.train.max_profile_s, progress)
     costs = costs_for(cfg, blocks, cluster)
     progress(f"planning {name} on {cfg.train.pp} ranks (at most train.tune_s={cfg.train.tune_s:g} s)")
-    plan = plan_for(cfg, blocks, costs, cluster, name)
+    plan, candidates = plan_for(cfg, blocks, costs, cluster, name)
     work.check_training(cfg, plan, costs, cluster, progress)
     run_blocks = SpecBlocks(plan_model(blocks.model, plan)) if isinstance(blocks, SpecBlocks) else blocks
     if cfg.train.resume:
@@ -241,7 +258,7 @@ def setup(cfg: Config, progress: Callable[[str], None] = lambda _: None) -> Setu
         raise ConfigError(f"schedule={cfg.schedule.name}: parameter {ties[0][0].name} is shared by stages "
                           f"{list(ties[0][1])}, whose weight versions an asynchronous schedule keeps apart; "
                           f"train it with a synchronous schedule")
-    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note, resumed)
+    return Setup(name, run_blocks, blocks, batches, plan, costs, optim_for(cfg), note, resumed, candidates)
 
 
 def params_total(s: Setup, seed: int) -> int:

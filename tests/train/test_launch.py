@@ -14,7 +14,7 @@ from tests.train.helpers import ROOT
 
 SMALL = ["model=module", "model.factory=examples/tiny_gpt.py:build", "model.seq_len=32",
          "model.micro_batch_size=2", "train.microbatches=4", "train.tune_s=1", "cost=profiled",
-         "cost.repeats=1", "cost.warmup=0", "cost.cache_dir="]
+         "cost.repeats=1", "cost.warmup=0", "cost.cache_dir=", "train.trial_steps=2"]
 
 
 def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys, monkeypatch):
@@ -26,7 +26,14 @@ def test_mode_train_writes_its_files_and_matches_the_reference(tmp_path, capsys,
     assert code == 0, err[-20:]
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == 6 and s["final_loss"] < s["initial_loss"] and s["tokens_per_s"] > 0
-    assert s["reference_max_rel_err"] <= 1e-5 and s["plan"] == "octopipe"
+    assert s["reference_max_rel_err"] <= 1e-5
+    trial = s.get("plan_trial")
+    if trial is None:                                  # the tuner's plan is the fastest named schedule
+        assert s["plan"] == "octopipe"
+    else:                                              # the plan measured faster trained
+        assert trial["candidates"][0] == "octopipe" and trial["steps"] == 2
+        assert trial["chosen"] == trial["candidates"][min((0, 1), key=trial["measured_step_s"].__getitem__)]
+        assert (s["plan"] == "octopipe") == (trial["chosen"] == "octopipe")
     assert s["checkpoint"].endswith("step_000006")
     assert len(s["memory_measured_bytes"]) == len(s["memory_simulated_bytes"]) and s["memory_max_rel_err"] >= 0
     assert s["pinned"] == (list(pin_map(s["world"], core_ids())) if can_pin() else None)    # as mode=execute

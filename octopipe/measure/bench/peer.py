@@ -12,8 +12,9 @@ alike; `paired_speedup` is the median over rounds of each round's ratio.
 
 `--train STEPS` compares training instead: the example GPT (examples/tiny_gpt.py, a user's
 blocks) trained for STEPS AdamW steps on the same plan (1F1B, interleaved 1F1B, ZB-V and the
-tuner's plan on the profiled blocks) by our runtime and by torch's `_PipelineScheduleRuntime`
-running our schedule.csv (`octopipe.train.torch_runtime`), tokens/s as the median step after
+tuner's plan on the profiled blocks, after the plan trial `mode=train` runs: `train.trial_steps`)
+by our runtime and by torch's `_PipelineScheduleRuntime` running our schedule.csv
+(`octopipe.train.torch_runtime`), tokens/s as the median step after
 the first; the losses of both are checked equal. The tuner plans on the blocks' profiled costs
 with the runtime's host time per action (`runtime.host_time`), as `mode=train` does; a last row
 sets the tuned plan on our runtime against torch's fastest schedule on its own. Each row also
@@ -42,6 +43,7 @@ from torch import nn
 from octopipe.cluster import Cluster
 from octopipe.config.cost import ProfiledCost
 from octopipe.config.runtime import RuntimeConfig
+from octopipe.config.train import TrainConfig
 from octopipe.cost.profiled import profile_blocks, profiled_costs
 from octopipe.cost.table import CostTable
 from octopipe.io import CONF_DIR, write_json
@@ -62,10 +64,12 @@ from octopipe.sim.simulator import simulate
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
-from octopipe.train.setup import EXAMPLE_FACTORY
+from octopipe.train.setup import EXAMPLE_FACTORY, trial_candidates
 from octopipe.train.torch_runtime import train_with_torch
+from octopipe.train.trial import run_trial
 from octopipe.tune.tuner import TuneOptions, tune
 
+TRIAL_STEPS = TrainConfig().trial_steps
 PAIRS = (("1f1b", "Schedule1F1B"), ("interleaved", "ScheduleInterleaved1F1B"),
          ("zbv", "ScheduleZBVZeroBubble"))
 
@@ -226,13 +230,17 @@ def work_share(plan: Plan, costs: CostTable, cluster: Cluster) -> float:
     return float(np.max(sim.busy) / sim.makespan)
 
 
+def _training_job(blocks: UserBlocks, plan: Plan, data: TokenBatches, dispatch: str) -> Job:
+    """Our runtime's training job of `plan`, its ranks pinned as mode=train pins them (runtime.pin)."""
+    config = RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300)
+    return Job(plan, blocks, config, data=data, pinned=rank_cores(config, plan.table.n_devices))
+
+
 def _ours_training(blocks: UserBlocks, plan: Plan, data: TokenBatches, optim: OptimSettings, steps: int,
                    dispatch: str) -> tuple[list[float], float, float]:
     """Losses, median tokens/s and median busiest-rank seconds of the steps after the first."""
-    config = RuntimeConfig(dispatch=dispatch, timeout_s=1800, stall_s=300)
-    with tempfile.TemporaryDirectory() as tmp:       # ranks pinned as mode=train pins them (runtime.pin)
-        job = Job(plan, blocks, config, data=data, pinned=rank_cores(config, plan.table.n_devices))
-        run = launch_training(job, TrainSpec(optim, steps), tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = launch_training(_training_job(blocks, plan, data, dispatch), TrainSpec(optim, steps), tmp)
     rest = run.records[1:]
     return run.losses, _median([r["tokens_per_s"] for r in rest]), _median([busiest_rank_s(r) for r in rest])
 
@@ -250,11 +258,18 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
         table = build_schedule(name, world, m)
         plans[name] = Plan(Partition.uniform(blocks.n_blocks, table.n_stages), table, "tiny_gpt")
     cluster = local_cluster(world, measure_loopback(cache=Path("runs/cache/loopback_link.json")))
-    cost = ProfiledCost(device="cpu", cache_dir="")
+    cost, trial_record = ProfiledCost(device="cpu", cache_dir=""), None
     costs = with_host_time(profile_blocks(blocks, cost, cluster), blocks, cost)
     if tune_budget_s > 0:
-        plans["octopipe"] = tune(costs, cluster, world, m, TuneOptions({"time_budget_s": tune_budget_s},
-                                                                       model="tiny_gpt")).plan
+        res = tune(costs, cluster, world, m, TuneOptions({"time_budget_s": tune_budget_s}, model="tiny_gpt"))
+        plans["octopipe"] = res.plan
+        candidates = trial_candidates(res, TRIAL_STEPS)
+        if candidates:          # as mode=train does: the tuner's plan against the fastest named schedule
+            trial = run_trial(candidates, lambda plan: _training_job(blocks, plan, data, dispatch),
+                              TrainSpec(optim, steps), TRIAL_STEPS)
+            print(trial.line(), flush=True)
+            plans["octopipe"] = candidates[trial.chosen][1]
+            trial_record = trial.record()
     speed: dict[tuple[str, str], list[float]] = {}
     for r in range(rounds):
         names = list(plans)
@@ -275,7 +290,8 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
                      "torch_tokens_per_s": _median(t), "paired_speedup": _median([a / b for a, b in zip(o, t)]),
                      "ceiling": _median(speed[(name, "ceiling")]),
                      "partition": [list(r) for r in plans[name].partition.ranges],
-                     "placement": list(plans[name].placement), "steps": steps})
+                     "placement": list(plans[name].placement), "steps": steps,
+                     **({"plan_trial": trial_record} if name == "octopipe" and trial_record else {})})
         print(f"{world} ranks  train {name:12s} octopipe {_median(o):9,.0f} tok/s   torch runtime "
               f"{_median(t):9,.0f} tok/s   ours/torch = {rows[-1]['paired_speedup']:.2f}x "
               f"(ceiling {rows[-1]['ceiling']:.2f}x)", flush=True)
