@@ -176,7 +176,7 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
     res = tune(costs, cluster, t.pp, t.microbatches, TuneOptions(
         replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
         splitter=splitter))
-    return res.plan, trial_candidates(res, t.trial_steps)
+    return res.plan, () if t.resume else trial_candidates(res, t.trial_steps)     # a resumed run: no trial
 
 
 def trial_candidates(res: TuneResult, trial_steps: int) -> tuple:

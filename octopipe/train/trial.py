@@ -45,9 +45,9 @@ class TrialOutcome:
 
 def same_plan(a: Plan, b: Plan) -> bool:
     """Whether two plans run the same stages, placement, split layers and rows."""
-    return (a.partition.ranges, a.placement, dict(a.pieces)) == (b.partition.ranges, b.placement, dict(b.pieces)) \
-        and all(a.table.actions(d) == b.table.actions(d) for d in range(a.table.n_devices)) \
-        and a.table.n_devices == b.table.n_devices
+    return (a.partition.ranges, a.placement, dict(a.pieces), a.table.n_devices) == \
+        (b.partition.ranges, b.placement, dict(b.pieces), b.table.n_devices) \
+        and all(a.table.actions(d) == b.table.actions(d) for d in range(a.table.n_devices))
 
 
 def winner(step_s: Sequence[float]) -> int:
