@@ -50,10 +50,9 @@ from octopipe.train.recompute import check_recompute, recompute_stages
 from octopipe.train.stream import Stream, StreamBatches, check_async, rule_of, stream_of
 from octopipe.train.tied import cross_stage_ties, model_shapes
 from octopipe.train.tokenizer import tokenize
-from octopipe.train.trial import same_plan
+from octopipe.train.trial import trial_candidates
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.splitting import model_splitter
-from octopipe.tune.tune_result import TuneResult
 
 EXAMPLE_FACTORY = "examples/tiny_gpt.py:build"
 HF_FACTORY = "octopipe.model.hf:build"
@@ -177,19 +176,6 @@ def plan_for(cfg: Config, blocks, costs: CostTable, cluster: Cluster, name: str)
         replace(cfg.tuner, time_budget_s=t.tune_s), cfg.solver, seed=cfg.seed, model=name,
         splitter=splitter))
     return res.plan, () if t.resume else trial_candidates(res, t.trial_steps)     # a resumed run: no trial
-
-
-def trial_candidates(res: TuneResult, trial_steps: int) -> tuple:
-    """The tuner's plan and the fastest feasible named schedule it simulated, each with its
-    simulated iteration, when `trial_steps` > 0 and they differ (a plan with split layers is
-    kept as it is: its layers are not the named schedule's)."""
-    feasible = [b for b in res.baselines if b.feasible and b.plan is not None]
-    if trial_steps <= 0 or not feasible or res.plan.pieces:
-        return ()
-    best = min(feasible, key=lambda b: b.makespan_s)
-    if same_plan(best.plan, res.plan):
-        return ()
-    return (res.plan.table.name, res.plan, res.makespan_s), (best.name, best.plan, best.makespan_s)
 
 
 def check_resume_tensors(path: str, blocks, seed: int) -> None:

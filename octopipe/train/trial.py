@@ -18,6 +18,7 @@ import numpy as np
 from octopipe.plan import Plan
 from octopipe.runtime.job import Job
 from octopipe.train.loop import TrainSpec, launch_training
+from octopipe.tune.tune_result import TuneResult
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,19 @@ def same_plan(a: Plan, b: Plan) -> bool:
     return (a.partition.ranges, a.placement, dict(a.pieces), a.table.n_devices) == \
         (b.partition.ranges, b.placement, dict(b.pieces), b.table.n_devices) \
         and all(a.table.actions(d) == b.table.actions(d) for d in range(a.table.n_devices))
+
+
+def trial_candidates(res: TuneResult, trial_steps: int) -> tuple:
+    """The tuner's plan and the fastest feasible named schedule it simulated, each with its
+    simulated iteration, when `trial_steps` > 0 and they differ (a plan with split layers is
+    kept as it is: its layers are not the named schedule's)."""
+    feasible = [b for b in res.baselines if b.feasible and b.plan is not None]
+    if trial_steps <= 0 or not feasible or res.plan.pieces:
+        return ()
+    best = min(feasible, key=lambda b: b.makespan_s)
+    if same_plan(best.plan, res.plan):
+        return ()
+    return (res.plan.table.name, res.plan, res.makespan_s), (best.name, best.plan, best.makespan_s)
 
 
 def winner(step_s: Sequence[float]) -> int:

@@ -8,8 +8,7 @@ import pytest
 from octopipe.plan import Partition, Plan
 from octopipe.schedule.library import build_schedule
 from octopipe.sim.simulator import simulate
-from octopipe.train.setup import trial_candidates
-from octopipe.train.trial import TrialOutcome, median_step, same_plan, winner
+from octopipe.train.trial import TrialOutcome, median_step, same_plan, trial_candidates, winner
 from octopipe.tune import TuneOptions, tune
 from octopipe.tune.evaluate import Evaluated
 from tests.tune.helpers import free_cluster

@@ -64,9 +64,9 @@ from octopipe.sim.simulator import simulate
 from octopipe.train.data import TokenBatches, load_corpus
 from octopipe.train.loop import TrainSpec, launch_training
 from octopipe.train.optim import OptimSettings
-from octopipe.train.setup import EXAMPLE_FACTORY, trial_candidates
+from octopipe.train.setup import EXAMPLE_FACTORY
 from octopipe.train.torch_runtime import train_with_torch
-from octopipe.train.trial import run_trial
+from octopipe.train.trial import run_trial, trial_candidates
 from octopipe.tune.tuner import TuneOptions, tune
 
 TRIAL_STEPS = TrainConfig().trial_steps
@@ -270,19 +270,20 @@ def compare_training(world: int, m: int, steps: int, rounds: int, dispatch: str,
             print(trial.line(), flush=True)
             plans["octopipe"] = candidates[trial.chosen][1]
             trial_record = trial.record()
+    shares = {name: work_share(plan, costs, cluster) for name, plan in plans.items()}
+    cores = rank_cores(RuntimeConfig(), world) if torch_pin else None
     speed: dict[tuple[str, str], list[float]] = {}
     for r in range(rounds):
         names = list(plans)
         for name in names[r % len(names):] + names[:r % len(names)]:
             ours_losses, ours, busy = _ours_training(blocks, plans[name], data, optim, steps, dispatch)
-            cores = rank_cores(RuntimeConfig(), world) if torch_pin else None
             theirs_run = train_with_torch(blocks, plans[name], data, optim, steps, cores=cores)
             if max(abs(a - b) / b for a, b in zip(ours_losses, theirs_run.losses)) > 1e-5:
                 raise RuntimeError(f"{name}: our losses and torch's differ")
             speed.setdefault((name, "ours"), []).append(ours)
             speed.setdefault((name, "torch"), []).append(_median([x["tokens_per_s"] for x in theirs_run.records[1:]]))
             torch_step = _median([x["step_s"] for x in theirs_run.records[1:]])
-            speed.setdefault((name, "ceiling"), []).append(torch_step * work_share(plans[name], costs, cluster) / busy)
+            speed.setdefault((name, "ceiling"), []).append(torch_step * shares[name] / busy)
     rows = []
     for name in plans:
         o, t = speed[(name, "ours")], speed[(name, "torch")]
